@@ -1,0 +1,48 @@
+// xtpu/error.hpp — the run-time error hierarchy.
+//
+// Provides: xtpu::error (base, derives from std::runtime_error) and the typed errors that
+// DESIGN.md §7 names. Compile-time errors are static_asserts (E1xx..E5xx, docs/errors.md);
+// these are for what the type system cannot see: host data whose shape is only known at run
+// time, memory, threads. Every message names the offending values.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace xtpu {
+
+class error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Host data of the wrong run-time shape, e.g. an xt::xarray given to from_host.
+class shape_error : public error {
+  using error::error;
+};
+/// An allocation would pass memory_fraction × HBM of the emulated device.
+class out_of_memory : public error {
+  using error::error;
+};
+/// A step could not be compiled into a plan.
+class compilation_error : public error {
+  using error::error;
+};
+/// A sync point that cannot be honoured, e.g. reading another thread's pending tensor.
+class sync_error : public error {
+  using error::error;
+};
+/// Reading or writing a checkpoint failed.
+class checkpoint_error : public error {
+  using error::error;
+};
+/// A collective or a process group failed.
+class distributed_error : public error {
+  using error::error;
+};
+/// The requested emulated device (XTPU_DEVICE) does not exist.
+class device_not_available : public error {
+  using error::error;
+};
+
+}  // namespace xtpu

@@ -1,0 +1,399 @@
+// xtpu/expr/ops.hpp — the operations users write: operators and functions that build nodes.
+//
+// Provides (all constexpr, all lazy):
+//   + - * / (tensor, expression or scalar), unary -, exp log sqrt rsqrt abs tanh sigmoid relu,
+//   maximum minimum, < <= > >= == != (to bool), where(mask, a, b), cast<T>(e),
+//   matmul(a, b), transpose(e), permute<P...>(e), reshape<D...>(e),
+//   sum/mean/max<Axis>(e) and full sum(e)/mean(e)/max(e).
+// Shape rule: elementwise operands broadcast (NumPy); see shape/extents.hpp for the others.
+// Dtype rule: dtype/dtype.hpp (promotion, weak scalars); int32 / int32 gives float (true
+// division); exp log sqrt rsqrt tanh sigmoid of int32/bool give float; comparisons give bool.
+// Errors: E101 E103 E104 E107 E108 (shape), E202 E203 E204 E206 (dtype), E301-E304 (matmul).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "xtpu/expr/node.hpp"
+
+namespace xtpu {
+
+namespace detail {
+/// Promotion between two nodes, honouring weak (C++ scalar) operands.
+template <class A, class B>
+using promote_nodes_t =
+    typename promote<typename A::value_type, A::weak, typename B::value_type, B::weak>::type;
+
+/// int32 arithmetic wraps (two's complement), never UB.
+template <class C, class F>
+constexpr C wrapping(C a, C b, F f) noexcept {
+  if constexpr (std::is_same_v<C, std::int32_t>) {
+    return static_cast<C>(f(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b)));
+  } else {
+    return f(a, b);
+  }
+}
+
+template <class S0, class... S>
+constexpr void check_broadcast_all() {
+  if constexpr (sizeof...(S) > 0) {
+    using Next = std::tuple_element_t<0, std::tuple<S...>>;
+    check::broadcast<S0, Next>();
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      check_broadcast_all<broadcast_t<S0, Next>, std::tuple_element_t<I + 1, std::tuple<S...>>...>();
+    }(std::make_index_sequence<sizeof...(S) - 1>{});
+  }
+}
+
+template <class X>
+constexpr void check_operand() {
+  if constexpr (!operand<X>) check::operand<X>();
+}
+
+template <class Op, class... X>
+constexpr auto make_map(X&&... x) {
+  (check_operand<X>(), ...);
+  Op::template check<node_t<X>...>();
+  check_broadcast_all<typename node_t<X>::shape_type...>();
+  return map<Op, node_t<X>...>{{}, {as_node(std::forward<X>(x))...}};
+}
+}  // namespace detail
+
+// ---- the elementwise op families ----------------------------------------------------------
+
+/// + - * / maximum minimum: operands promoted, computed in compute_t of the result.
+template <class F>
+struct arithmetic {
+  static constexpr op_tag tag = F::tag;
+  static constexpr std::uint64_t param = 0;
+  template <class L, class R>
+  struct traits {
+    using promoted = detail::promote_nodes_t<L, R>;
+    // true division: int32 / int32 gives float
+    using value_type = std::conditional_t<F::true_division && !is_floating_v<promoted>, float, promoted>;
+  };
+  template <class L, class R>
+  static constexpr void check() {
+    check::arithmetic<typename L::value_type, typename R::value_type>();
+  }
+  template <class V, class L, class R>
+  static constexpr compute_t<V> apply(auto a, auto b) noexcept {
+    using C = compute_t<V>;
+    return F::f(static_cast<C>(a), static_cast<C>(b));
+  }
+};
+
+/// < <= > >= == !=: operands promoted, the result is bool.
+template <class F>
+struct comparison {
+  static constexpr op_tag tag = F::tag;
+  static constexpr std::uint64_t param = 0;
+  template <class L, class R>
+  struct traits {
+    using value_type = bool;
+  };
+  template <class L, class R>
+  static constexpr void check() {}
+  template <class V, class L, class R>
+  static constexpr bool apply(auto a, auto b) noexcept {
+    using C = compute_t<detail::promote_nodes_t<L, R>>;
+    return F::f(static_cast<C>(a), static_cast<C>(b));
+  }
+};
+
+/// Unary math. F::floating: int32/bool operands give float (exp, log, ...).
+template <class F>
+struct unary {
+  static constexpr op_tag tag = F::tag;
+  static constexpr std::uint64_t param = 0;
+  template <class C>
+  struct traits {
+    using in = typename C::value_type;
+    using value_type = std::conditional_t<F::floating && !is_floating_v<in>, float, in>;
+  };
+  template <class C>
+  static constexpr void check() {
+    if constexpr (F::tag == op_tag::neg) check::arithmetic<typename C::value_type, typename C::value_type>();
+  }
+  template <class V, class C>
+  static constexpr compute_t<V> apply(auto a) noexcept {
+    return F::f(static_cast<compute_t<V>>(a));
+  }
+};
+
+struct where_op {
+  static constexpr op_tag tag = op_tag::where;
+  static constexpr std::uint64_t param = 0;
+  template <class M, class A, class B>
+  struct traits {
+    using value_type = detail::promote_nodes_t<A, B>;
+  };
+  template <class M, class A, class B>
+  static constexpr void check() {
+    check::where_mask<typename M::value_type>();
+  }
+  template <class V, class M, class A, class B>
+  static constexpr compute_t<V> apply(auto m, auto a, auto b) noexcept {
+    return m ? static_cast<compute_t<V>>(a) : static_cast<compute_t<V>>(b);
+  }
+};
+
+template <class T>
+struct cast_op {
+  static constexpr op_tag tag = op_tag::cast;
+  static constexpr std::uint64_t param = 0;  // the target is the node's dtype, already hashed
+  template <class C>
+  struct traits {
+    using value_type = T;
+  };
+  template <class C>
+  static constexpr void check() {}
+  template <class V, class C>
+  static constexpr compute_t<V> apply(auto a) noexcept {
+    return load_as<T>(store_as<T>(a));  // a cast to bf16 rounds here, not at the store
+  }
+};
+
+namespace op {
+template <class C>
+constexpr C nan_or(C a, C b, C r) noexcept {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (a != a) return a;
+    if (b != b) return b;
+  }
+  return r;
+}
+struct add { static constexpr op_tag tag = op_tag::add; static constexpr bool true_division = false;
+  template <class C> static constexpr C f(C a, C b) noexcept { return detail::wrapping(a, b, [](auto x, auto y) { return x + y; }); } };
+struct sub { static constexpr op_tag tag = op_tag::sub; static constexpr bool true_division = false;
+  template <class C> static constexpr C f(C a, C b) noexcept { return detail::wrapping(a, b, [](auto x, auto y) { return x - y; }); } };
+struct mul { static constexpr op_tag tag = op_tag::mul; static constexpr bool true_division = false;
+  template <class C> static constexpr C f(C a, C b) noexcept { return detail::wrapping(a, b, [](auto x, auto y) { return x * y; }); } };
+struct div { static constexpr op_tag tag = op_tag::div; static constexpr bool true_division = true;
+  template <class C> static constexpr C f(C a, C b) noexcept { return a / b; } };
+struct maximum { static constexpr op_tag tag = op_tag::maximum; static constexpr bool true_division = false;
+  template <class C> static constexpr C f(C a, C b) noexcept { return nan_or(a, b, a < b ? b : a); } };
+struct minimum { static constexpr op_tag tag = op_tag::minimum; static constexpr bool true_division = false;
+  template <class C> static constexpr C f(C a, C b) noexcept { return nan_or(a, b, b < a ? b : a); } };
+
+struct lt { static constexpr op_tag tag = op_tag::lt; template <class C> static constexpr bool f(C a, C b) noexcept { return a < b; } };
+struct le { static constexpr op_tag tag = op_tag::le; template <class C> static constexpr bool f(C a, C b) noexcept { return a <= b; } };
+struct gt { static constexpr op_tag tag = op_tag::gt; template <class C> static constexpr bool f(C a, C b) noexcept { return a > b; } };
+struct ge { static constexpr op_tag tag = op_tag::ge; template <class C> static constexpr bool f(C a, C b) noexcept { return a >= b; } };
+struct eq { static constexpr op_tag tag = op_tag::eq; template <class C> static constexpr bool f(C a, C b) noexcept { return a == b; } };
+struct ne { static constexpr op_tag tag = op_tag::ne; template <class C> static constexpr bool f(C a, C b) noexcept { return a != b; } };
+
+struct neg { static constexpr op_tag tag = op_tag::neg; static constexpr bool floating = false;
+  template <class C> static constexpr C f(C a) noexcept { return detail::wrapping(C{0}, a, [](auto x, auto y) { return x - y; }); } };
+struct abs { static constexpr op_tag tag = op_tag::abs; static constexpr bool floating = false;
+  template <class C> static C f(C a) noexcept { if constexpr (std::is_same_v<C, bool>) return a; else if constexpr (std::is_floating_point_v<C>) return std::fabs(a); else return a < 0 ? neg::f(a) : a; } };
+struct relu { static constexpr op_tag tag = op_tag::relu; static constexpr bool floating = false;
+  template <class C> static constexpr C f(C a) noexcept { return a != a ? a : (a > C{0} ? a : C{0}); } };
+struct exp { static constexpr op_tag tag = op_tag::exp; static constexpr bool floating = true;
+  static float f(float a) noexcept { return std::exp(a); } };
+struct log { static constexpr op_tag tag = op_tag::log; static constexpr bool floating = true;
+  static float f(float a) noexcept { return std::log(a); } };
+struct sqrt { static constexpr op_tag tag = op_tag::sqrt; static constexpr bool floating = true;
+  static float f(float a) noexcept { return std::sqrt(a); } };
+struct rsqrt { static constexpr op_tag tag = op_tag::rsqrt; static constexpr bool floating = true;
+  static float f(float a) noexcept { return 1.0f / std::sqrt(a); } };
+struct tanh { static constexpr op_tag tag = op_tag::tanh; static constexpr bool floating = true;
+  static float f(float a) noexcept { return std::tanh(a); } };
+struct sigmoid { static constexpr op_tag tag = op_tag::sigmoid; static constexpr bool floating = true;
+  static float f(float a) noexcept { return 1.0f / (1.0f + std::exp(-a)); } };
+}  // namespace op
+
+// ---- operators -------------------------------------------------------------------------------
+
+#define XTPU_BINARY_OPERATOR(SYMBOL, FAMILY, F)                                   \
+  template <class L, class R>                                                     \
+    requires(detail::operand<L> || detail::operand<R>)                            \
+  constexpr auto operator SYMBOL(L&& l, R&& r) {                                  \
+    return detail::make_map<FAMILY<op::F>>(std::forward<L>(l), std::forward<R>(r)); \
+  }
+XTPU_BINARY_OPERATOR(+, arithmetic, add)
+XTPU_BINARY_OPERATOR(-, arithmetic, sub)
+XTPU_BINARY_OPERATOR(*, arithmetic, mul)
+XTPU_BINARY_OPERATOR(/, arithmetic, div)
+XTPU_BINARY_OPERATOR(<, comparison, lt)
+XTPU_BINARY_OPERATOR(<=, comparison, le)
+XTPU_BINARY_OPERATOR(>, comparison, gt)
+XTPU_BINARY_OPERATOR(>=, comparison, ge)
+XTPU_BINARY_OPERATOR(==, comparison, eq)
+XTPU_BINARY_OPERATOR(!=, comparison, ne)
+#undef XTPU_BINARY_OPERATOR
+
+template <expression E>
+constexpr auto operator-(E&& e) {
+  return detail::make_map<unary<op::neg>>(std::forward<E>(e));
+}
+
+#define XTPU_UNARY_FUNCTION(NAME)                                  \
+  template <expression E>                                          \
+  constexpr auto NAME(E&& e) {                                     \
+    return detail::make_map<unary<op::NAME>>(std::forward<E>(e));  \
+  }
+XTPU_UNARY_FUNCTION(exp)
+XTPU_UNARY_FUNCTION(log)
+XTPU_UNARY_FUNCTION(sqrt)
+XTPU_UNARY_FUNCTION(rsqrt)
+XTPU_UNARY_FUNCTION(abs)
+XTPU_UNARY_FUNCTION(tanh)
+XTPU_UNARY_FUNCTION(sigmoid)
+XTPU_UNARY_FUNCTION(relu)
+#undef XTPU_UNARY_FUNCTION
+
+template <class L, class R>
+  requires(detail::operand<L> || detail::operand<R>)
+constexpr auto maximum(L&& l, R&& r) {
+  return detail::make_map<arithmetic<op::maximum>>(std::forward<L>(l), std::forward<R>(r));
+}
+template <class L, class R>
+  requires(detail::operand<L> || detail::operand<R>)
+constexpr auto minimum(L&& l, R&& r) {
+  return detail::make_map<arithmetic<op::minimum>>(std::forward<L>(l), std::forward<R>(r));
+}
+
+/// Elementwise choice: mask ? a : b (shapes of all three broadcast; the mask must be bool).
+template <class M, class A, class B>
+constexpr auto where(M&& mask, A&& a, B&& b) {
+  return detail::make_map<where_op>(std::forward<M>(mask), std::forward<A>(a), std::forward<B>(b));
+}
+
+/// Elementwise conversion (float -> int32 truncates and saturates, NaN -> 0; -> bf16 rounds).
+template <class T, class E>
+constexpr auto cast(E&& e) {
+  check::cast_target<T>();
+  if constexpr (element_type<T>) return detail::make_map<cast_op<T>>(std::forward<E>(e));
+  else return detail::make_map<cast_op<float>>(std::forward<E>(e));
+}
+
+// ---- structure ----------------------------------------------------------------------------
+
+/// Same elements in row-major order, new shape (sizes must match).
+template <std::size_t... Dims, expression E>
+constexpr auto reshape(E&& e) {
+  using C = detail::node_t<E>;
+  check::extents_valid<Dims...>();
+  check::reshape<typename C::shape_type, extents<Dims...>>();
+  return reshape_node<extents<Dims...>, C>{{}, detail::as_node(std::forward<E>(e))};
+}
+
+/// Axes reordered: result axis d is operand axis Perm[d].
+template <std::size_t... Perm, expression E>
+constexpr auto permute(E&& e) {
+  using C = detail::node_t<E>;
+  check::permute<typename C::shape_type, Perm...>();
+  return permute_node<C, Perm...>{{}, detail::as_node(std::forward<E>(e))};
+}
+
+/// Swaps the last two axes: (..., M, N) -> (..., N, M).
+template <expression E>
+constexpr auto transpose(E&& e) {
+  using S = typename detail::node_t<E>::shape_type;
+  check::transpose<S>();
+  constexpr auto p = detail::transpose_perm<S::rank>();
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return permute<p[I]...>(std::forward<E>(e));
+  }(std::make_index_sequence<S::rank>{});
+}
+
+/// Matrix product (..., M, K) x (..., K, N) -> (..., M, N); batch dims broadcast.
+/// Operands are rounded to bf16 and accumulated in f32 (DESIGN.md §4, precision DEFAULT);
+/// the result is bf16 when both operands are bf16, else f32.
+template <class L, class R>
+  requires(detail::operand<L> || detail::operand<R>)
+constexpr auto matmul(L&& l, R&& r) {
+  using LN = detail::node_t<L>;
+  using RN = detail::node_t<R>;
+  detail::check_operand<L>();
+  detail::check_operand<R>();
+  check::matmul<typename LN::shape_type, typename RN::shape_type>();
+  check::matmul_dtype<typename LN::value_type, typename RN::value_type>();
+  return matmul_node<precision::default_, LN, RN>{
+      {}, detail::as_node(std::forward<L>(l)), detail::as_node(std::forward<R>(r))};
+}
+
+// ---- reductions ---------------------------------------------------------------------------
+
+namespace detail {
+template <class T>
+using sum_result_t = std::conditional_t<is_floating_v<T>, T, std::int32_t>;
+
+/// Sums in f32 (floating) or int64 (integral, wrapped to int32 at the end), in index order.
+template <class T>
+struct sum_accumulator {
+  using acc_t = std::conditional_t<is_floating_v<T>, float, std::int64_t>;
+  acc_t acc{};
+  constexpr void add(compute_t<T> v) noexcept { acc += static_cast<acc_t>(v); }
+  template <class V>
+  constexpr compute_t<V> result(std::size_t) const noexcept {
+    if constexpr (std::is_same_v<acc_t, float>) return acc;
+    else return static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint64_t>(acc)));
+  }
+};
+template <class T>
+struct mean_accumulator : sum_accumulator<T> {
+  template <class V>
+  constexpr float result(std::size_t n) const noexcept {
+    return static_cast<float>(this->acc) / static_cast<float>(n);
+  }
+};
+/// Maximum; a NaN anywhere gives NaN (torch.max).
+template <class T>
+struct max_accumulator {
+  compute_t<T> best{};
+  bool first = true;
+  constexpr void add(compute_t<T> v) noexcept {
+    if (first || v != v || (best == best && best < v)) best = v;
+    first = false;
+  }
+  template <class V>
+  constexpr compute_t<V> result(std::size_t) const noexcept { return best; }
+};
+}  // namespace detail
+
+struct sum_op {
+  static constexpr op_tag tag = op_tag::sum;
+  template <class T> using result = detail::sum_result_t<T>;
+  template <class T> using accumulator = detail::sum_accumulator<T>;
+};
+struct mean_op {
+  static constexpr op_tag tag = op_tag::mean;
+  template <class T> using result = std::conditional_t<is_floating_v<T>, T, float>;
+  template <class T> using accumulator = detail::mean_accumulator<T>;
+};
+struct max_op {
+  static constexpr op_tag tag = op_tag::max;
+  template <class T> using result = T;
+  template <class T> using accumulator = detail::max_accumulator<T>;
+};
+
+namespace detail {
+template <class Op, int Axis, class E>
+constexpr auto make_reduce(E&& e) {
+  using C = node_t<E>;
+  if constexpr (Axis != all_axes) check::axis<typename C::shape_type, Axis>();
+  return reduce_node<Op, Axis, C>{{}, as_node(std::forward<E>(e))};
+}
+}  // namespace detail
+
+/// Reductions along Axis (negative counts from the end; the axis is removed) ...
+template <int Axis, expression E>
+constexpr auto sum(E&& e) { return detail::make_reduce<sum_op, Axis>(std::forward<E>(e)); }
+template <int Axis, expression E>
+constexpr auto mean(E&& e) { return detail::make_reduce<mean_op, Axis>(std::forward<E>(e)); }
+template <int Axis, expression E>
+constexpr auto max(E&& e) { return detail::make_reduce<max_op, Axis>(std::forward<E>(e)); }
+/// ... and over every element (a rank-0 result).
+template <expression E>
+constexpr auto sum(E&& e) { return detail::make_reduce<sum_op, all_axes>(std::forward<E>(e)); }
+template <expression E>
+constexpr auto mean(E&& e) { return detail::make_reduce<mean_op, all_axes>(std::forward<E>(e)); }
+template <expression E>
+constexpr auto max(E&& e) { return detail::make_reduce<max_op, all_axes>(std::forward<E>(e)); }
+
+}  // namespace xtpu

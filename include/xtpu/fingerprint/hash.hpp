@@ -1,0 +1,53 @@
+// xtpu/fingerprint/hash.hpp — the constexpr structural hash behind every graph fingerprint.
+//
+// Provides: xtpu::detail::combine (a Merkle step over 64-bit words) and xtpu::op_tag, the
+// append-only numbering of operations. A fingerprint is built from op tags, dtype codes,
+// dims, op parameters and child fingerprints only — never from type names, typeid or
+// addresses — so g++ and clang++ agree, and so do two runs.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace xtpu {
+
+/// Operation tags. Append-only: a number, once used, keeps its meaning forever.
+enum class op_tag : std::uint32_t {
+  leaf = 1, scalar = 2, full = 3, normal = 4,
+  add = 10, sub = 11, mul = 12, div = 13, neg = 14,
+  exp = 20, log = 21, sqrt = 22, rsqrt = 23, abs = 24, tanh = 25, sigmoid = 26, relu = 27,
+  maximum = 30, minimum = 31,
+  lt = 40, le = 41, gt = 42, ge = 43, eq = 44, ne = 45,
+  where = 50, cast = 51,
+  matmul = 60,
+  reshape = 70, permute = 71,
+  sum = 80, mean = 81, max = 82,
+  statement = 100, step = 101,
+};
+
+namespace detail {
+
+/// splitmix64's finalizer: a bijective avalanche over 64 bits.
+constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return x;
+}
+
+/// One more word into a running hash (run-time keys are built word by word with it).
+constexpr std::uint64_t combine_step(std::uint64_t h, std::uint64_t w) noexcept {
+  return mix64(h ^ mix64(w + 0x9E3779B97F4A7C15ull)) + 0x632BE59BD9B4E019ull;
+}
+
+/// Order-sensitive combination of 64-bit words: combine({a, b}) != combine({b, a}).
+constexpr std::uint64_t combine(std::initializer_list<std::uint64_t> words) noexcept {
+  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ words.size();
+  for (std::uint64_t w : words) h = combine_step(h, w);
+  return h;
+}
+
+}  // namespace detail
+}  // namespace xtpu

@@ -1,0 +1,93 @@
+// xtpu/kernels/reference.hpp — the scalar reference kernels: the oracle fast paths are
+// tested against, and what matmul runs on until the systolic emulator lands.
+//
+// Provides: detail::mxu_operand (f32/bf16 -> the bf16 value the MXU multiplies),
+// detail::ftz, detail::reference_pass (one bf16 pass, DESIGN.md §4), and the body of
+// matmul_node::compute.
+// Numerics (DESIGN.md §4): operands are flushed (denormal -> signed zero) then rounded to
+// bf16; per output element acc = 0 and for each pair (2i, 2i+1) of k:
+//   acc = ftz(fma(a[2i+1], b[2i+1], acc)); acc = ftz(fma(a[2i], b[2i], acc));
+// (odd K: the last pair has only its 2i term). A bf16 result rounds once at the end.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "xtpu/dtype/bf16.hpp"
+#include "xtpu/expr/node.hpp"
+
+namespace xtpu::detail {
+
+/// Flush to zero: a denormal becomes a zero of the same sign (MXCSR FTZ/DAZ).
+inline float ftz(float x) noexcept {
+  return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x;
+}
+
+/// The value the MXU multiplies: denormals flushed, then rounded to bf16.
+inline float mxu_operand(float x) noexcept { return bf16_bits_to_float(bf16_round_bits(ftz(x))); }
+
+/// One bf16 pass: c (M, N) f32 = a (M, K) x b (K, N), operands already mxu_operand values.
+// a (M, K) f32 holding bf16 values, b (K, N) likewise -> c (M, N) f32
+inline void reference_pass(const float* a, const float* b, float* c, std::size_t M, std::size_t N,
+                           std::size_t K) noexcept {
+  for (std::size_t m = 0; m < M; ++m) {
+    for (std::size_t n = 0; n < N; ++n) {
+      float acc = 0.0f;
+      for (std::size_t k = 0; k < K; k += 2) {
+        if (k + 1 < K) acc = ftz(std::fma(a[m * K + k + 1], b[(k + 1) * N + n], acc));
+        acc = ftz(std::fma(a[m * K + k], b[k * N + n], acc));
+      }
+      c[m * N + n] = acc;
+    }
+  }
+}
+
+/// Flat index of a batch coordinate of Out's batch dims in Operand's (broadcast) batch dims.
+template <class Out, class Operand>
+constexpr std::size_t batch_index(std::size_t ob) noexcept {
+  constexpr std::size_t orank = Out::rank - 2, rank = Operand::rank - 2;
+  std::size_t j = 0, stride = 1, rem = ob;
+  for (std::size_t d = 0; d < orank; ++d) {
+    const std::size_t od = orank - 1 - d;  // from the innermost batch dim
+    const std::size_t coord = rem % Out::dims[od];
+    rem /= Out::dims[od];
+    if (d < rank) {
+      const std::size_t dim = Operand::dims[rank - 1 - d];
+      j += (dim == 1 ? 0 : coord) * stride;
+      stride *= dim;
+    }
+  }
+  return j;
+}
+
+}  // namespace xtpu::detail
+
+namespace xtpu {
+
+template <precision Prec, class L, class R>
+template <std::size_t LB, std::size_t SB, std::size_t TB>
+void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out) {
+  static_assert(Prec == precision::default_, "only precision::default_ exists so far");
+  using LS = typename L::shape_type;
+  using RS = typename R::shape_type;
+  using OS = shape_type;
+  constexpr std::size_t M = LS::dims[LS::rank - 2], K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
+  constexpr std::size_t batches = OS::size / (M * N);
+  using offs = detail::offsets<L, R>;
+  std::vector<float> a(M * K), w(K * N), c(M * N);
+  for (std::size_t ob = 0; ob < batches; ++ob) {
+    const std::size_t la = detail::batch_index<OS, LS>(ob) * M * K, rb = detail::batch_index<OS, RS>(ob) * K * N;
+    for (std::size_t i = 0; i < M * K; ++i)
+      a[i] = detail::mxu_operand(static_cast<float>(
+          L::template load<LB + offs::leaves[0], SB + offs::scalars[0], TB + offs::temps[0]>(b, la + i)));
+    for (std::size_t i = 0; i < K * N; ++i)
+      w[i] = detail::mxu_operand(static_cast<float>(
+          R::template load<LB + offs::leaves[1], SB + offs::scalars[1], TB + offs::temps[1]>(b, rb + i)));
+    detail::reference_pass(a.data(), w.data(), c.data(), M, N, K);
+    for (std::size_t i = 0; i < M * N; ++i) out[ob * M * N + i] = store_as<value_type>(c[i]);
+  }
+}
+
+}  // namespace xtpu

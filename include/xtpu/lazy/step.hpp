@@ -1,0 +1,454 @@
+// xtpu/lazy/step.hpp — the pending step, its key, the plan cache, and mark_step().
+//
+// Provides: xtpu::mark_step(), xtpu::lazy::{pending_statements, plan_cache_entries,
+// set_plan_cache_capacity, clear_plan_cache}, and in detail the step that records statements,
+// keys them and runs them.
+//
+// Model (docs/lazy.md): every thread has one pending step. Assigning an expression to a
+// tensor records a statement: its compile-time kernel table and fingerprint, its captured
+// leaves and scalars, and the wiring of each leaf (an external tensor, numbered by first
+// appearance, or the output of an earlier statement of this step). mark_step() (or a sync)
+// runs the step as one unit: its key is the fingerprints + wiring + which outputs are still
+// alive; a miss builds the plan once (dead statements dropped, common subexpressions computed
+// once across statements, temps packed into one arena by lifetime) and times it as
+// CompileTime; a hit only binds buffers and scalars. All output memory is allocated before any
+// kernel runs, so an out_of_memory leaves the step pending and nothing lost.
+// Errors: sync_error (reading a tensor pending in another thread's step).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "xtpu/device/device.hpp"
+#include "xtpu/error.hpp"
+#include "xtpu/fingerprint/hash.hpp"
+#include "xtpu/lazy/program.hpp"
+#include "xtpu/metrics/metrics.hpp"
+
+namespace xtpu::detail {
+
+/// A tensor value on the device: its buffer, and while pending, the step that computes it.
+struct storage {
+  device_buffer buffer;
+  std::atomic<const void*> owner{nullptr};  // the pending step computing it, else null
+  std::uint32_t producer = 0;               // its statement in that step
+};
+
+/// The owner of values whose thread ended before running them: they never get a value.
+inline constexpr char abandoned_marker = 0;
+inline const void* const abandoned = &abandoned_marker;
+
+inline void throw_not_readable(const void* owner) {
+  if (owner == abandoned)
+    throw sync_error("xtpu: this tensor was recorded by a thread that ended without xtpu::mark_step(); "
+                     "it has no value");
+  throw sync_error("xtpu: this tensor is pending in another thread's step; call xtpu::mark_step() in "
+                   "that thread before reading it here (one pending step per thread)");
+}
+
+struct statement {
+  const kernel_desc* kernels;
+  std::uint32_t n_kernels;
+  std::uint32_t leaf_begin, n_leaves, scalar_begin, sig_begin;
+  std::weak_ptr<storage> out;  // expired: nobody can see the result, the statement is dead
+};
+
+/// A compiled step: what to run, where every intermediate lives.
+struct plan {
+  struct loc {
+    std::int64_t arena = -1;    // offset in the step arena, or
+    std::int32_t output = -1;   // the output of this statement
+  };
+  struct op {
+    std::uint32_t kernel;
+    bool copy;  // the value exists already: copy it from src (a root that CSE found)
+    loc src;
+  };
+  struct stmt_plan {
+    std::uint32_t stmt, temp_begin, op_begin, op_end;
+  };
+  std::vector<stmt_plan> stmts;  // live statements, program order
+  std::vector<loc> temps;        // per live statement, per temp slot
+  std::vector<op> ops;
+  std::size_t arena_bytes = 0;
+};
+
+struct time_sample {
+  metrics::detail::metric_cell& cell;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~time_sample() {
+    cell.add_sample(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+  }
+};
+
+struct counters {
+  metrics::detail::counter_cell &mark_step, &cached, &uncached, &sync_points, &kernels, &cse, &dead;
+  metrics::detail::metric_cell &compile_time, &execute_time, &to_device, &from_device;
+  static counters& get() {
+    auto& r = metrics::detail::registry::instance();
+    static counters c{r.counter("MarkStep"), r.counter("CachedCompile"), r.counter("UncachedCompile"),
+                      r.counter("SyncPoints"), r.counter("KernelLaunch"), r.counter("CseEliminated"),
+                      r.counter("DeadStatements"), r.metric("CompileTime"), r.metric("ExecuteTime"),
+                      r.metric("TransferToDeviceTime"), r.metric("TransferFromDeviceTime")};
+    return c;
+  }
+};
+
+/// LRU cache of compiled plans, shared by all threads. XTPU_CACHE_SIZE entries (default 1024).
+class plan_cache {
+ public:
+  static plan_cache& instance() {
+    static plan_cache c;
+    return c;
+  }
+  std::shared_ptr<const plan> find(std::uint64_t key, const std::vector<std::uint64_t>& sig) {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second->signature != sig) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->compiled;
+  }
+  void insert(std::uint64_t key, std::vector<std::uint64_t> sig, std::shared_ptr<const plan> p) {
+    std::lock_guard lock(mu_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.erase(it->second);
+      index_.erase(it);
+    }
+    lru_.push_front(entry{key, std::move(sig), std::move(p)});
+    index_[key] = lru_.begin();
+    trim();
+  }
+  std::size_t size() const {
+    std::lock_guard lock(mu_);
+    return lru_.size();
+  }
+  void set_capacity(std::size_t n) {
+    std::lock_guard lock(mu_);
+    capacity_ = n == 0 ? 1 : n;
+    trim();
+  }
+  void clear() {
+    std::lock_guard lock(mu_);
+    lru_.clear();
+    index_.clear();
+  }
+
+ private:
+  struct entry {
+    std::uint64_t key;
+    std::vector<std::uint64_t> signature;
+    std::shared_ptr<const plan> compiled;
+  };
+  plan_cache() {
+    const char* e = std::getenv("XTPU_CACHE_SIZE");
+    const long n = e && *e ? std::strtol(e, nullptr, 10) : 1024;
+    capacity_ = n > 0 ? static_cast<std::size_t>(n) : 1024;
+  }
+  void trim() {
+    while (lru_.size() > capacity_) {
+      index_.erase(lru_.back().key);
+      lru_.pop_back();
+    }
+  }
+  mutable std::mutex mu_;
+  std::list<entry> lru_;
+  std::unordered_map<std::uint64_t, std::list<entry>::iterator> index_;
+  std::size_t capacity_ = 1024;
+};
+
+class step {
+ public:
+  step() = default;
+  step(const step&) = delete;
+  step& operator=(const step&) = delete;
+  ~step() { release(abandoned); }
+
+  static step& this_thread() {
+    thread_local step s;
+    return s;
+  }
+
+  std::size_t size() const noexcept { return stmts_.size(); }
+
+  /// Records `out = e`; returns the (pending) storage of the result. Strong guarantee.
+  template <class E>
+  std::shared_ptr<storage> record(const E& e) {
+    const std::size_t l0 = leaves_.size(), s0 = scalars_.size(), g0 = signature_.size();
+    const std::uint32_t x0 = n_external_;
+    auto out = std::make_shared<storage>();
+    try {
+      recorder r{&leaves_, &scalars_};
+      e.collect(r);
+      signature_.push_back(E::fingerprint);
+      for (std::size_t i = l0; i < leaves_.size(); ++i) signature_.push_back(wire(*leaves_[i]));
+      constexpr const auto& table = program<E>::kernels;
+      stmts_.push_back(statement{table.data(), static_cast<std::uint32_t>(table.size()),
+                                 static_cast<std::uint32_t>(l0), static_cast<std::uint32_t>(leaves_.size() - l0),
+                                 static_cast<std::uint32_t>(s0), static_cast<std::uint32_t>(g0), out});
+    } catch (...) {
+      leaves_.resize(l0);
+      scalars_.resize(s0);
+      signature_.resize(g0);
+      if (n_external_ != x0) std::erase_if(externals_, [&](const auto& kv) { return kv.second >= x0; });
+      n_external_ = x0;
+      throw;
+    }
+    out->producer = static_cast<std::uint32_t>(stmts_.size() - 1);
+    out->owner.store(this, std::memory_order_release);
+    return out;
+  }
+
+  /// Compiles (or finds) and runs everything pending; on an exception nothing has run and
+  /// the step stays pending.
+  void run() {
+    if (stmts_.empty()) return;
+    auto& c = counters::get();
+    const std::size_t g0 = signature_.size();
+    try {
+      run_keyed(c);
+    } catch (...) {
+      signature_.resize(g0);  // the step stays pending as it was
+      throw;
+    }
+  }
+
+ private:
+  void run_keyed(counters& c) {
+    std::uint64_t live_bits = 0;
+    for (std::size_t i = 0; i < stmts_.size(); ++i) {
+      live_bits = combine_step(live_bits, stmts_[i].out.expired() ? 0 : 1);
+      if (i % 64 == 63 || i + 1 == stmts_.size()) signature_.push_back(live_bits);
+    }
+    std::uint64_t key = static_cast<std::uint64_t>(op_tag::step);
+    for (auto w : signature_) key = combine_step(key, w);
+
+    auto& cache = plan_cache::instance();
+    std::shared_ptr<const plan> p = cache.find(key, signature_);
+    if (p) {
+      c.cached.add();
+    } else {
+      {
+        time_sample t{c.compile_time};
+        p = std::make_shared<const plan>(build());
+      }
+      cache.insert(key, signature_, p);
+      c.uncached.add();
+    }
+    execute(*p);
+  }
+
+  std::uint64_t wire(const storage& s) {
+    const void* o = s.owner.load(std::memory_order_acquire);
+    if (o == this) return (std::uint64_t{1} << 32) | s.producer;
+    if (o != nullptr) throw_not_readable(o);
+    auto [it, inserted] = externals_.try_emplace(&s, n_external_);
+    if (inserted) ++n_external_;
+    return it->second;
+  }
+
+  plan build() const {
+    plan p;
+    constexpr std::uint64_t ext_tag = std::uint64_t{2} << 60, val_tag = std::uint64_t{1} << 60;
+    struct value {
+      plan::loc where;
+      std::uint64_t bytes;
+      std::size_t first, last;  // positions (live statement index) of definition and last use
+      bool in_arena;
+    };
+    std::vector<value> values;
+    std::map<std::vector<std::uint64_t>, std::uint32_t> numbering;  // CSE: structure + inputs -> value
+    std::vector<std::uint32_t> root_value(stmts_.size(), 0);
+    std::vector<std::uint32_t> temp_value;  // parallel to p.temps
+    std::vector<std::uint32_t> kval;
+    auto& c = counters::get();
+
+    for (std::size_t s = 0; s < stmts_.size(); ++s) {
+      const statement& st = stmts_[s];
+      if (st.out.expired()) {
+        c.dead.add();
+        continue;
+      }
+      const std::size_t pos = p.stmts.size();
+      plan::stmt_plan sp{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(p.temps.size()),
+                         static_cast<std::uint32_t>(p.ops.size()), 0};
+      kval.assign(st.n_kernels, 0);
+      for (std::uint32_t k = 0; k < st.n_kernels; ++k) {
+        const kernel_desc& kd = st.kernels[k];
+        const bool root = k + 1 == st.n_kernels;
+        std::uint32_t v = static_cast<std::uint32_t>(values.size());
+        bool fresh = true;
+        if (kd.scalar_begin == kd.scalar_end) {  // only scalar-free subtrees are shared
+          std::vector<std::uint64_t> key{kd.fingerprint};
+          for (std::uint32_t l = kd.leaf_begin; l < kd.leaf_end; ++l) {
+            const std::uint64_t code = signature_[st.sig_begin + 1 + l];
+            key.push_back(code >> 32 ? val_tag | root_value[code & 0xFFFFFFFFu] : ext_tag | code);
+          }
+          for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kval[t]);
+          auto [it, inserted] = numbering.try_emplace(std::move(key), v);
+          fresh = inserted;
+          v = it->second;
+        }
+        if (fresh) {
+          plan::loc where;
+          if (root) where.output = static_cast<std::int32_t>(s);
+          values.push_back(value{where, kd.bytes, pos, pos, !root});
+          p.ops.push_back(plan::op{k, false, {}});
+        } else {
+          c.cse.add();
+          values[v].last = pos;
+          if (root) p.ops.push_back(plan::op{k, true, {}});  // src filled in below
+        }
+        kval[k] = v;
+        if (!root) {
+          p.temps.push_back({});
+          temp_value.push_back(v);
+        } else {
+          root_value[s] = v;
+        }
+      }
+      sp.op_end = static_cast<std::uint32_t>(p.ops.size());
+      p.stmts.push_back(sp);
+      // a leaf read from an earlier statement keeps that value alive until here
+      for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
+        const std::uint64_t code = signature_[st.sig_begin + 1 + l];
+        if (code >> 32) values[root_value[code & 0xFFFFFFFFu]].last = pos;
+      }
+    }
+
+    // Arena: first fit by lifetime, 64-byte aligned.
+    struct placed {
+      std::size_t offset, end, last;
+    };
+    std::vector<placed> active;
+    for (auto& v : values) {
+      if (!v.in_arena) continue;
+      std::erase_if(active, [&](const placed& a) { return a.last < v.first; });
+      std::sort(active.begin(), active.end(), [](const placed& a, const placed& b) { return a.offset < b.offset; });
+      const std::size_t need = (v.bytes + 63) / 64 * 64;
+      std::size_t off = 0;
+      for (const auto& a : active) {
+        if (off + need <= a.offset) break;
+        off = std::max(off, a.end);
+      }
+      v.where.arena = static_cast<std::int64_t>(off);
+      active.push_back({off, off + need, v.last});
+      p.arena_bytes = std::max(p.arena_bytes, off + need);
+    }
+    for (std::size_t t = 0; t < p.temps.size(); ++t) p.temps[t] = values[temp_value[t]].where;
+    for (const auto& sp : p.stmts) {
+      const statement& st = stmts_[sp.stmt];
+      for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o)
+        if (p.ops[o].copy) p.ops[o].src = values[root_value[sp.stmt]].where;
+      (void)st;
+    }
+    return p;
+  }
+
+  void execute(const plan& p) {
+    auto& c = counters::get();
+    time_sample t{c.execute_time};
+    // 1. every allocation first: a throw here leaves the step pending and intact
+    outputs_.clear();
+    outputs_.reserve(p.stmts.size());
+    std::vector<device_buffer> buffers;
+    buffers.reserve(p.stmts.size());
+    for (const auto& sp : p.stmts) {
+      const statement& st = stmts_[sp.stmt];
+      outputs_.push_back(st.out.lock());
+      buffers.emplace_back(st.kernels[st.n_kernels - 1].bytes, "step output");
+    }
+    if (arena_.bytes() < p.arena_bytes) {
+      arena_ = device_buffer();
+      arena_ = device_buffer(p.arena_bytes, "step arena (temporaries)");
+    }
+    for (std::size_t i = 0; i < outputs_.size(); ++i) outputs_[i]->buffer = std::move(buffers[i]);
+    // 2. run
+    auto* arena = static_cast<std::byte*>(arena_.data());
+    auto where = [&](const plan::loc& l) -> void* {
+      return l.arena >= 0 ? static_cast<void*>(arena + l.arena) : stmt_output(static_cast<std::size_t>(l.output));
+    };
+    for (std::size_t i = 0; i < p.stmts.size(); ++i) {
+      const auto& sp = p.stmts[i];
+      const statement& st = stmts_[sp.stmt];
+      leaf_ptrs_.resize(st.n_leaves);
+      for (std::uint32_t l = 0; l < st.n_leaves; ++l) leaf_ptrs_[l] = leaves_[st.leaf_begin + l]->buffer.data();
+      temp_ptrs_.resize(st.n_kernels - 1);
+      for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) temp_ptrs_[k] = where(p.temps[sp.temp_begin + k]);
+      const bound b{leaf_ptrs_.data(), scalars_.data() + st.scalar_begin, temp_ptrs_.data()};
+      void* out = outputs_[i]->buffer.data();
+      for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
+        const plan::op& op = p.ops[o];
+        const kernel_desc& kd = st.kernels[op.kernel];
+        void* dst = op.kernel + 1 == st.n_kernels ? out : const_cast<void*>(temp_ptrs_[op.kernel]);
+        if (op.copy) {
+          std::memcpy(dst, where(op.src), kd.bytes);
+        } else {
+          kd.run(b, dst);
+          c.kernels.add();
+        }
+      }
+    }
+    release();
+  }
+
+  void* stmt_output(std::size_t s) const noexcept {
+    auto sp = stmts_[s].out.lock();
+    return sp ? sp->buffer.data() : nullptr;
+  }
+
+  /// Publishes results (nothing pending any more) and forgets the step.
+  void release(const void* new_owner = nullptr) noexcept {
+    for (auto& st : stmts_)
+      if (auto s = st.out.lock()) s->owner.store(new_owner, std::memory_order_release);
+    stmts_.clear();
+    leaves_.clear();
+    scalars_.clear();
+    signature_.clear();
+    externals_.clear();
+    n_external_ = 0;
+    outputs_.clear();
+  }
+
+  std::vector<statement> stmts_;
+  std::vector<std::shared_ptr<storage>> leaves_;
+  std::vector<double> scalars_;
+  std::vector<std::uint64_t> signature_;
+  std::unordered_map<const storage*, std::uint32_t> externals_;
+  std::uint32_t n_external_ = 0;
+  // scratch, reused across steps
+  std::vector<std::shared_ptr<storage>> outputs_;
+  std::vector<const void*> leaf_ptrs_, temp_ptrs_;
+  device_buffer arena_;
+};
+
+}  // namespace xtpu::detail
+
+namespace xtpu {
+
+/// Runs everything pending in this thread as one step (compile once per distinct step,
+/// then reuse). The torch_xla `xm.mark_step()`.
+inline void mark_step() {
+  detail::counters::get().mark_step.add();
+  detail::step::this_thread().run();
+}
+
+namespace lazy {
+/// Statements recorded in this thread and not yet run.
+inline std::size_t pending_statements() { return detail::step::this_thread().size(); }
+/// Compiled plans held by the cache (all threads).
+inline std::size_t plan_cache_entries() { return detail::plan_cache::instance().size(); }
+/// Sets how many plans the LRU cache keeps (XTPU_CACHE_SIZE sets the initial value).
+inline void set_plan_cache_capacity(std::size_t n) { detail::plan_cache::instance().set_capacity(n); }
+/// Drops every compiled plan (the next steps compile again).
+inline void clear_plan_cache() { detail::plan_cache::instance().clear(); }
+}  // namespace lazy
+
+}  // namespace xtpu

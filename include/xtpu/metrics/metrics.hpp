@@ -1,0 +1,157 @@
+// xtpu/metrics/metrics.hpp — counters, timed metrics, and torch_xla's metrics report.
+//
+// Provides: xtpu::metrics::{counter, report, reset, metric_data, metric}, and in
+// xtpu::metrics::detail the cells the runtime records into (a stable reference per name, so
+// recording is one atomic add or one short lock, never a map lookup in the hot path).
+// Report layout (torch_xla's, DESIGN.md §6): for each metric with samples
+//   Metric: CompileTime
+//     TotalSamples: 2
+//     Accumulator: 004ms345.092us
+//     Percentiles: 1%=...; 5%=...; 10%=...; 20%=...; 50%=...; 80%=...; 90%=...; 95%=...; 99%=...
+// then for each non-zero counter
+//   Counter: CachedCompile
+//     Value: 8
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xtpu::metrics {
+
+/// A snapshot of one timed metric (values in nanoseconds).
+struct metric_data {
+  std::int64_t total_samples = 0;
+  double accumulator = 0;        // sum of all samples ever recorded
+  std::vector<double> samples;   // the most recent samples (at most 1024)
+};
+
+namespace detail {
+
+struct counter_cell {
+  std::atomic<std::int64_t> value{0};
+  void add(std::int64_t n = 1) noexcept { value.fetch_add(n, std::memory_order_relaxed); }
+};
+
+struct metric_cell {
+  static constexpr std::size_t window = 1024;
+  mutable std::mutex mu;
+  metric_data data;
+  std::size_t next = 0;
+  void add_sample(double ns) {
+    std::lock_guard lock(mu);
+    ++data.total_samples;
+    data.accumulator += ns;
+    if (data.samples.size() < window) {
+      data.samples.push_back(ns);
+    } else {
+      data.samples[next] = ns;
+      next = (next + 1) % window;
+    }
+  }
+};
+
+class registry {
+ public:
+  static registry& instance() {
+    static registry r;
+    return r;
+  }
+  counter_cell& counter(std::string_view name) {
+    std::lock_guard lock(mu_);
+    return counters_[std::string(name)];
+  }
+  metric_cell& metric(std::string_view name) {
+    std::lock_guard lock(mu_);
+    return metrics_[std::string(name)];
+  }
+  template <class F>
+  void for_each(F&& f) {
+    std::lock_guard lock(mu_);
+    f(metrics_, counters_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, counter_cell, std::less<>> counters_;  // node-based: stable addresses
+  std::map<std::string, metric_cell, std::less<>> metrics_;
+};
+
+/// torch_xla's time format: 01m02s003ms004.005us (nanoseconds in).
+inline std::string format_time(double ns) {
+  auto t = static_cast<std::uint64_t>(ns < 0 ? 0 : ns);
+  const std::uint64_t m = t / 60'000'000'000ull, s = t / 1'000'000'000ull % 60,
+                      ms = t / 1'000'000ull % 1000;
+  const double us = static_cast<double>(t % 1'000'000ull) / 1000.0;
+  char buf[64];
+  if (m > 0) std::snprintf(buf, sizeof buf, "%02llum%02llus%03llums%07.3fus", (unsigned long long)m,
+                           (unsigned long long)s, (unsigned long long)ms, us);
+  else if (s > 0) std::snprintf(buf, sizeof buf, "%02llus%03llums%07.3fus", (unsigned long long)s,
+                                (unsigned long long)ms, us);
+  else std::snprintf(buf, sizeof buf, "%03llums%07.3fus", (unsigned long long)ms, us);
+  return buf;
+}
+
+}  // namespace detail
+
+/// The value of a counter (0 if it was never incremented).
+inline std::int64_t counter(std::string_view name) {
+  return detail::registry::instance().counter(name).value.load();
+}
+
+/// A snapshot of a timed metric, or nothing if it has no samples.
+inline std::optional<metric_data> metric(std::string_view name) {
+  auto& cell = detail::registry::instance().metric(name);
+  std::lock_guard lock(cell.mu);
+  if (cell.data.total_samples == 0) return std::nullopt;
+  return cell.data;
+}
+
+/// Zeroes every counter and drops every sample.
+inline void reset() {
+  detail::registry::instance().for_each([](auto& metrics, auto& counters) {
+    for (auto& [name, c] : counters) c.value.store(0);
+    for (auto& [name, m] : metrics) {
+      std::lock_guard lock(m.mu);
+      m.data = metric_data{};
+      m.next = 0;
+    }
+  });
+}
+
+/// The report, in torch_xla's text layout.
+inline std::string report() {
+  std::string out;
+  detail::registry::instance().for_each([&](auto& metrics, auto& counters) {
+    for (auto& [name, m] : metrics) {
+      std::lock_guard lock(m.mu);
+      if (m.data.total_samples == 0) continue;
+      out += "Metric: " + name + "\n  TotalSamples: " + std::to_string(m.data.total_samples) +
+             "\n  Accumulator: " + detail::format_time(m.data.accumulator) + "\n  Percentiles: ";
+      std::vector<double> v = m.data.samples;
+      std::sort(v.begin(), v.end());
+      const double pct[] = {1, 5, 10, 20, 50, 80, 90, 95, 99};
+      for (std::size_t i = 0; i < std::size(pct); ++i) {
+        const auto idx = static_cast<std::size_t>(pct[i] / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
+        out += (i ? "; " : "") + std::to_string(static_cast<int>(pct[i])) + "%=" +
+               detail::format_time(v[std::min(idx, v.size() - 1)]);
+      }
+      out += "\n";
+    }
+    for (auto& [name, c] : counters) {
+      const auto v = c.value.load();
+      if (v != 0) out += "Counter: " + name + "\n  Value: " + std::to_string(v) + "\n";
+    }
+  });
+  return out;
+}
+
+}  // namespace xtpu::metrics

@@ -1,0 +1,78 @@
+// xtpu/shape/check.hpp — the named shape checkers.
+//
+// Provides: xtpu::check::{extents_valid, broadcast, assign, reshape, axis, permute, transpose,
+// matmul}. Each is one static_assert whose template parameters are the shapes involved, so the
+// compiler's "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both.
+// Codes (docs/errors.md):
+//   E101 broadcast   E102 assign   E103 reshape   E104 axis   E105 zero extent   E106 rank
+//   E107 permute     E108 transpose
+//   E301 matmul inner dims   E302 matmul batch dims   E303 matmul operand rank
+#pragma once
+
+#include <type_traits>
+
+#include "xtpu/shape/extents.hpp"
+
+namespace xtpu::check {
+
+template <std::size_t... Dims>
+constexpr void extents_valid() {
+  static_assert(detail::no_zero_extent_v<Dims...>,
+                "xtpu E105 shape: a zero extent is not allowed (a TPU buffer has at least one "
+                "element per axis)");
+  static_assert(detail::rank_supported_v<Dims...>, "xtpu E106 shape: rank above 6 is not supported");
+}
+
+template <class LhsShape, class RhsShape>
+constexpr void broadcast() {
+  static_assert(detail::broadcastable_v<LhsShape, RhsShape>,
+                "xtpu E101 broadcast: shapes are not compatible (aligned from the right, each "
+                "pair of dims must be equal or one of them 1)");
+}
+
+template <class ExprShape, class TensorShape>
+constexpr void assign() {
+  static_assert(std::is_same_v<ExprShape, TensorShape>,
+                "xtpu E102 assign: the expression's shape differs from the tensor's shape "
+                "(use xtpu::reshape<...> or fix the declaration)");
+}
+
+template <class FromShape, class ToShape>
+constexpr void reshape() {
+  static_assert(detail::reshapeable_v<FromShape, ToShape>,
+                "xtpu E103 reshape: the new shape has a different number of elements");
+}
+
+template <class Shape, int Axis>
+constexpr void axis() {
+  static_assert(detail::axis_in_range_v<Shape, Axis>,
+                "xtpu E104 axis: the axis is out of range for this rank (valid: -rank..rank-1)");
+}
+
+template <class Shape, std::size_t... Perm>
+constexpr void permute() {
+  static_assert(detail::is_permutation<Shape, Perm...>(),
+                "xtpu E107 permute: the axes are not a permutation of 0..rank-1");
+}
+
+template <class Shape>
+constexpr void transpose() {
+  static_assert(Shape::rank >= 2, "xtpu E108 transpose: the operand needs rank 2 or more");
+}
+
+template <class LhsShape, class RhsShape>
+constexpr void matmul() {
+  constexpr auto rule = detail::check_matmul<LhsShape, RhsShape>();
+  if constexpr (rule == detail::matmul_rule::rank) {
+    static_assert(rule != detail::matmul_rule::rank,
+                  "xtpu E303 matmul: both operands need rank 2 or more (..., M, K) x (..., K, N)");
+  } else if constexpr (rule == detail::matmul_rule::inner) {
+    static_assert(rule != detail::matmul_rule::inner,
+                  "xtpu E301 matmul: inner dimensions differ (..., M, K) x (..., K, N)");
+  } else if constexpr (rule == detail::matmul_rule::batch) {
+    static_assert(rule != detail::matmul_rule::batch,
+                  "xtpu E302 matmul: batch dimensions are not broadcastable");
+  }
+}
+
+}  // namespace xtpu::check

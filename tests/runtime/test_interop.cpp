@@ -1,0 +1,60 @@
+// Host interop: xt::xtensor_fixed (compile-time shapes) and xt::xarray (run-time checked).
+#include "reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+TEST(Interop, FixedRoundTripIsATransfer) {
+  xtpu::metrics::reset();
+  xt::xtensor_fixed<float, xt::xshape<2, 3>> h{{1, 2, 3}, {4, 5, 6}};
+  xtpu::tensor<float, 2, 3> x = xtpu::from_host(h);
+  EXPECT_FALSE(x.pending());  // data is on the device at once
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 0u);
+  EXPECT_TRUE(xtpu::metrics::metric("TransferToDeviceTime").has_value());
+  EXPECT_EQ(x.to_host(), h);
+  xt::xtensor_fixed<float, xt::xshape<2, 3>> out;
+  x.to_host(out);
+  EXPECT_EQ(out, h);
+}
+
+TEST(Interop, XarrayIsCheckedAtRunTime) {
+  xt::xarray<float> good = {{1, 2}, {3, 4}};
+  xtpu::tensor<float, 2, 2> x = xtpu::from_host(good);
+  EXPECT_EQ(x.to_host()(1, 0), 3.0f);
+  xt::xarray<float> bad = {{1, 2, 3}, {4, 5, 6}};
+  try {
+    xtpu::tensor<float, 2, 2> y = xtpu::from_host(bad);
+    ADD_FAILURE() << "expected shape_error";
+  } catch (const xtpu::shape_error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected shape (2, 2), got (2, 3)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(x.to_host()(0, 1), 2.0f);  // nothing lost
+}
+
+TEST(Interop, PrintingIsASync) {
+  xtpu::metrics::reset();
+  xt::xtensor_fixed<std::int32_t, xt::xshape<2, 2>> h{{1, 2}, {3, 4}};
+  xtpu::tensor<std::int32_t, 2, 2> y = xtpu::from_host(h) * 2;
+  std::ostringstream os;
+  os << y;
+  EXPECT_EQ(os.str(), "tensor<s32, 2, 2> {{2, 4}, {6, 8}}");
+  EXPECT_EQ(xtpu::metrics::counter("SyncPoints"), 1);
+}
+
+TEST(Interop, Bf16AndBoolTensors) {
+  xt::xtensor_fixed<xtpu::bf16, xt::xshape<2>> h{xtpu::bf16(1.5f), xtpu::bf16(-2.0f)};
+  xtpu::tensor<xtpu::bf16, 2> x = xtpu::from_host(h);
+  xtpu::tensor<bool, 2> pos = x > 0.0f;
+  EXPECT_EQ(x.to_host()(1).bits(), 0xC000);
+  EXPECT_TRUE(pos.to_host()(0));
+  EXPECT_FALSE(pos.to_host()(1));
+  xtpu::tensor<float> scalar = xtpu::sum(xtpu::cast<float>(x));
+  EXPECT_EQ(scalar.item(), -0.5f);
+}
+
+TEST(Interop, DefaultTensorIsZeros) {
+  xtpu::tensor<float, 3> z;
+  EXPECT_FALSE(z.pending());
+  EXPECT_EQ(z.to_host()(2), 0.0f);
+}

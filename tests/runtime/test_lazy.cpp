@@ -1,0 +1,222 @@
+// The lazy runtime: recording, step keys, the plan cache, CSE, dead statements, syncs,
+// exceptions and threads.
+#include "reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+using namespace xtpu_test;
+namespace metrics = xtpu::metrics;
+
+namespace {
+struct Lazy : ::testing::Test {
+  void SetUp() override {
+    xtpu::mark_step();
+    xtpu::lazy::clear_plan_cache();
+    metrics::reset();
+  }
+  static std::int64_t count(const char* n) { return metrics::counter(n); }
+};
+}  // namespace
+
+TEST_F(Lazy, AssignmentRecordsAndMarkStepRuns) {
+  auto x = device<float, 4, 4>(values(16, 1));
+  xtpu::tensor<float, 4, 4> y = x * 2.0f;
+  EXPECT_TRUE(y.pending());
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 1u);
+  xtpu::mark_step();
+  EXPECT_FALSE(y.pending());
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 0u);
+  EXPECT_EQ(count("MarkStep"), 1);
+  EXPECT_EQ(count("UncachedCompile"), 1);
+  EXPECT_EQ(count("SyncPoints"), 0);
+}
+
+TEST_F(Lazy, SameStructureReusesThePlanWhateverTheScalars) {
+  auto x = device<float, 8>(values(8, 2));
+  for (int i = 0; i < 5; ++i) {
+    xtpu::tensor<float, 8> y = x * static_cast<float>(i) + 1.0f;  // new scalar values each step
+    xtpu::mark_step();
+    EXPECT_EQ(host(y)[3], double(float(values(8, 2)[3] * float(i)) + 1.0f));
+  }
+  EXPECT_EQ(count("UncachedCompile"), 1);
+  EXPECT_EQ(count("CachedCompile"), 4);
+  EXPECT_EQ(xtpu::lazy::plan_cache_entries(), 1u);
+}
+
+TEST_F(Lazy, WiringIsPartOfTheKey) {
+  auto a = device<float, 8>(values(8, 3));
+  auto b = device<float, 8>(values(8, 4));
+  { xtpu::tensor<float, 8> y = a + b; xtpu::mark_step(); }
+  { xtpu::tensor<float, 8> y = a + a; xtpu::mark_step(); }  // same fingerprint, other wiring
+  { xtpu::tensor<float, 8> y = b + a; xtpu::mark_step(); }  // same wiring as the first
+  EXPECT_EQ(count("UncachedCompile"), 2);
+  EXPECT_EQ(count("CachedCompile"), 1);
+}
+
+TEST_F(Lazy, ReadsSeeWritesInProgramOrder) {
+  auto x = device<float, 4>(values(4, 5));
+  const auto v = values(4, 5);
+  xtpu::tensor<float, 4> a = x + 1.0f;
+  a = a * 2.0f;                 // reads the a of the line above
+  xtpu::tensor<float, 4> b = a - x;
+  a = b * a;                    // old a, new b
+  xtpu::mark_step();
+  for (std::size_t i = 0; i < 4; ++i) {
+    const float a1 = (v[i] + 1.0f) * 2.0f, b1 = a1 - v[i];
+    EXPECT_EQ(host(a)[i], double(b1 * a1));
+    EXPECT_EQ(host(b)[i], double(b1));
+  }
+}
+
+TEST_F(Lazy, CommonSubexpressionsRunOnceAcrossStatements) {
+  auto x = device<float, 8, 16>(values(128, 6));
+  auto w = device<float, 16, 4>(values(64, 7));
+  xtpu::tensor<float, 8, 4> p = xtpu::relu(xtpu::matmul(x, w));
+  xtpu::tensor<float, 8, 4> q = xtpu::matmul(x, w) * 2.0f;
+  xtpu::tensor<float, 8, 4> r = xtpu::matmul(x, w);
+  xtpu::mark_step();
+  // kernels: matmul once, relu loop, *2 loop; r is a copy of the shared matmul
+  EXPECT_EQ(count("KernelLaunch"), 3);
+  EXPECT_EQ(count("CseEliminated"), 2);
+  const auto hp = host(p), hq = host(q), hr = host(r);
+  for (std::size_t i = 0; i < hr.size(); ++i) {
+    EXPECT_EQ(hp[i], std::max(hr[i], 0.0));
+    EXPECT_EQ(hq[i], hr[i] * 2.0);
+  }
+}
+
+TEST_F(Lazy, TensorDestroyedWhilePendingIsDeadCode) {
+  auto x = device<float, 4>(values(4, 8));
+  xtpu::tensor<float, 4> kept = x + 1.0f;
+  {
+    xtpu::tensor<float, 4> dropped = xtpu::exp(x);
+    xtpu::tensor<float, 4> used = x * 3.0f;
+    kept = kept + used;  // used's value is read: it must still run
+  }
+  xtpu::mark_step();
+  EXPECT_EQ(count("DeadStatements"), 1);  // only `dropped`: the others are read by `kept`
+  const auto v = values(4, 8);
+  EXPECT_EQ(host(kept)[1], double((v[1] + 1.0f) + v[1] * 3.0f));
+}
+
+TEST_F(Lazy, SyncPointsRunPendingWorkAndCount) {
+  auto x = device<float, 4>(values(4, 9));
+  xtpu::tensor<float, 4> y = x * 2.0f;
+  const float s = xtpu::sum(y).item();
+  EXPECT_EQ(count("SyncPoints"), 1);
+  EXPECT_EQ(count("MarkStep"), 0);
+  EXPECT_FALSE(y.pending());
+  double want = 0;
+  for (float e : values(4, 9)) want += e * 2.0f;
+  EXPECT_NEAR(s, want, 1e-6);
+  (void)y.to_host();
+  EXPECT_EQ(count("SyncPoints"), 2);
+  EXPECT_TRUE(metrics::metric("TransferFromDeviceTime").has_value());
+}
+
+TEST_F(Lazy, OutOfMemoryLeavesTheStepPendingAndNothingLost) {
+  auto& dev = xtpu::device::current();
+  auto x = device<float, 256, 256>(values(256 * 256, 10));
+  xtpu::tensor<float, 256, 256> y = x + 1.0f;
+  const double fraction = dev.memory_fraction();
+  const auto hbm = dev.hbm_bytes();
+  dev.set_hbm_bytes(dev.bytes_in_use() + 1000);  // room for almost nothing
+  dev.set_memory_fraction(1.0);
+  try {
+    xtpu::mark_step();
+    ADD_FAILURE() << "expected out_of_memory";
+  } catch (const xtpu::out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("256.00 KiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("largest live buffers"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(y.pending());
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 1u);
+  dev.set_hbm_bytes(hbm);
+  dev.set_memory_fraction(fraction);
+  xtpu::mark_step();
+  EXPECT_EQ(host(y)[5], double(values(256 * 256, 10)[5] + 1.0f));
+}
+
+TEST_F(Lazy, PendingTensorOfAnotherThreadIsASyncError) {
+  auto x = device<float, 4>(values(4, 11));
+  xtpu::tensor<float, 4> mine = x * 2.0f;  // pending in this thread
+  bool threw_on_record = false, threw_on_read = false, ran_own_step = false;
+  std::thread t([&] {
+    try {
+      xtpu::tensor<float, 4> theirs = mine + 1.0f;
+    } catch (const xtpu::sync_error&) {
+      threw_on_record = true;
+    }
+    try {
+      (void)mine.to_host();
+    } catch (const xtpu::sync_error&) {
+      threw_on_read = true;
+    }
+    xtpu::tensor<float, 4> own = x + 1.0f;  // a thread's own step works as usual
+    xtpu::mark_step();
+    ran_own_step = host(own)[0] == double(values(4, 11)[0] + 1.0f);
+  });
+  t.join();
+  EXPECT_TRUE(threw_on_record);
+  EXPECT_TRUE(threw_on_read);
+  EXPECT_TRUE(ran_own_step);
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 1u);  // this thread's step is untouched
+  xtpu::mark_step();
+  EXPECT_EQ(host(mine)[2], double(values(4, 11)[2] * 2.0f));
+}
+
+TEST_F(Lazy, AThrowWhileRecordingLeavesTheStepConsistent) {
+  auto x = device<float, 4>(values(4, 12));
+  xtpu::tensor<float, 4> before = x + 1.0f;
+  xtpu::tensor<float, 4> other;
+  std::thread([&] {
+    other = x * 5.0f;  // pending in the other thread, then that thread ends without mark_step
+  }).join();
+  // `other` was recorded by a thread that ended without mark_step: it has no value
+  EXPECT_THROW((void)(xtpu::tensor<float, 4>(before + other)), xtpu::sync_error);
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 1u);  // the failed statement left no trace
+  EXPECT_THROW((void)other.to_host(), xtpu::sync_error);
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 0u);  // the sync ran `before`
+  EXPECT_EQ(host(before)[0], double(values(4, 12)[0] + 1.0f));
+}
+
+TEST_F(Lazy, LruCacheKeepsAtMostItsCapacity) {
+  xtpu::lazy::set_plan_cache_capacity(2);
+  auto x = device<float, 4>(values(4, 13));
+  { xtpu::tensor<float, 4> y = x + 1.0f; xtpu::mark_step(); }
+  { xtpu::tensor<float, 4> y = x * 1.0f; xtpu::mark_step(); }
+  { xtpu::tensor<float, 4> y = x - 1.0f; xtpu::mark_step(); }  // evicts `+`
+  { xtpu::tensor<float, 4> y = x + 1.0f; xtpu::mark_step(); }  // compiles again
+  EXPECT_EQ(count("UncachedCompile"), 4);
+  EXPECT_EQ(xtpu::lazy::plan_cache_entries(), 2u);
+  xtpu::lazy::set_plan_cache_capacity(1024);
+}
+
+TEST_F(Lazy, QuickstartCounts) {
+  auto x = device<float, 16, 24>(values(16 * 24, 14));
+  auto w = xtpu::random::normal<float, 24, 8>(7);
+  auto b = xtpu::zeros<float, 8>();
+  for (int step = 0; step < 10; ++step) {
+    xtpu::tensor<float, 16, 8> h = xtpu::relu(xtpu::matmul(x, w) + b * 0.5f);
+    w = w - 0.01f * xtpu::matmul(xtpu::transpose(x), h);
+    xtpu::mark_step();
+  }
+  EXPECT_EQ(count("UncachedCompile"), 2);
+  EXPECT_EQ(count("CachedCompile"), 8);
+  EXPECT_EQ(count("MarkStep"), 10);
+}
+
+TEST_F(Lazy, NormalIsDeterministicAndRoughlyStandard) {
+  auto a = xtpu::random::normal<float, 64, 64>(42);
+  auto b = xtpu::random::normal<float, 64, 64>(42);
+  auto c = xtpu::random::normal<float, 64, 64>(43);
+  xtpu::mark_step();
+  EXPECT_EQ(host(a), host(b));
+  EXPECT_NE(host(a), host(c));
+  double s = 0, s2 = 0;
+  for (double v : host(a)) s += v, s2 += v * v;
+  EXPECT_NEAR(s / 4096, 0.0, 0.05);
+  EXPECT_NEAR(s2 / 4096, 1.0, 0.08);
+}

@@ -1,0 +1,112 @@
+// The reference matmul (DESIGN.md §4, precision DEFAULT): against float64 within bound, and
+// bit for bit against the spec's pair order and flush rules.
+#include "reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+
+using namespace xtpu_test;
+
+namespace {
+// float64 reference over bf16-rounded operands: c (M, N) and the scale sum |a||b| per element
+template <std::size_t M, std::size_t K, std::size_t N>
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, const std::vector<double>& got,
+                  std::size_t a_off = 0, std::size_t b_off = 0, std::size_t c_off = 0) {
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t n = 0; n < N; ++n) {
+      double want = 0, scale = 0;
+      for (std::size_t k = 0; k < K; ++k) {
+        const double p = mxu(a[a_off + m * K + k]) * mxu(b[b_off + k * N + n]);
+        want += p;
+        scale += std::fabs(p);
+      }
+      EXPECT_NEAR(got[c_off + m * N + n], want, 2.0 * K * 0x1.0p-24 * scale + 1e-30) << m << "," << n;
+    }
+}
+}  // namespace
+
+TEST(Matmul, TwoDimensionalMatchesFloat64) {
+  const auto av = values(7 * 13, 1), bv = values(13 * 5, 2);
+  auto a = device<float, 7, 13>(av);
+  auto b = device<float, 13, 5>(bv);
+  xtpu::tensor<float, 7, 5> c = xtpu::matmul(a, b);
+  expect_close<7, 13, 5>(av, bv, host(c));
+}
+
+TEST(Matmul, KEqualsOneAndOneByOne) {
+  const auto av = values(3, 3), bv = values(4, 4);
+  xtpu::tensor<float, 3, 4> c = xtpu::matmul(device<float, 3, 1>(av), device<float, 1, 4>(bv));
+  expect_close<3, 1, 4>(av, bv, host(c));
+  xtpu::tensor<float, 1, 1> d = xtpu::matmul(device<float, 1, 1>(av), device<float, 1, 1>(bv));
+  EXPECT_EQ(host(d)[0], mxu(av[0]) * mxu(bv[0]));
+}
+
+TEST(Matmul, BatchedWithBroadcastBatch) {
+  const auto av = values(2 * 3 * 4, 5), bv = values(4 * 6, 6), cv = values(1 * 3 * 4, 7), dv = values(2 * 4 * 6, 8);
+  xtpu::tensor<float, 2, 3, 6> r = xtpu::matmul(device<float, 2, 3, 4>(av), device<float, 4, 6>(bv));
+  const auto h = host(r);
+  for (std::size_t bi = 0; bi < 2; ++bi) expect_close<3, 4, 6>(av, bv, h, bi * 12, 0, bi * 18);
+  xtpu::tensor<float, 2, 3, 6> s = xtpu::matmul(device<float, 1, 3, 4>(cv), device<float, 2, 4, 6>(dv));
+  const auto hs = host(s);
+  for (std::size_t bi = 0; bi < 2; ++bi) expect_close<3, 4, 6>(cv, dv, hs, 0, bi * 24, bi * 18);
+}
+
+TEST(Matmul, OperandsOfAnyExpression) {
+  const auto xv = values(4 * 3, 9), hv = values(4 * 5, 10);
+  auto x = device<float, 4, 3>(xv);
+  auto h = device<float, 4, 5>(hv);
+  xtpu::tensor<float, 3, 5> g = xtpu::matmul(xtpu::transpose(x), h * 2.0f);  // (3,4) x (4,5)
+  std::vector<float> xt(12), h2(20);
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t j = 0; j < 3; ++j) xt[j * 4 + i] = xv[i * 3 + j];
+  for (std::size_t i = 0; i < 20; ++i) h2[i] = hv[i] * 2.0f;
+  expect_close<3, 4, 5>(xt, h2, host(g));
+}
+
+TEST(Matmul, PairOrderIsTheSpecs) {
+  // terms t0..t3 = 2^-24, 1, -1, 2^-24. Spec order t1, t0, t3, t2 gives 0;
+  // a plain k-order sum would give 2^-24.
+  xt::xtensor_fixed<float, xt::xshape<1, 4>> a{{0x1.0p-24f, 1.0f, -1.0f, 0x1.0p-24f}};
+  xt::xtensor_fixed<float, xt::xshape<4, 1>> b{{1.0f}, {1.0f}, {1.0f}, {1.0f}};
+  xtpu::tensor<float, 1, 1> c = xtpu::matmul(xtpu::from_host(a), xtpu::from_host(b));
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(c.to_host()(0, 0)), 0u);
+}
+
+TEST(Matmul, OperandsRoundToBf16AndDenormalsFlush) {
+  xt::xtensor_fixed<float, xt::xshape<1, 3>> a{{1.00390625f + 0x1.0p-10f, 1e-39f, 0x1.0p-65f}};
+  xt::xtensor_fixed<float, xt::xshape<3, 1>> b{{1.0f}, {0x1.0p100f}, {0x1.0p-65f}};
+  xtpu::tensor<float, 1, 1> c = xtpu::matmul(xtpu::from_host(a), xtpu::from_host(b));
+  // a0 rounds to bf16 1.0078125; the f32 denormal a1 reads as 0; a2*b2 = 2^-130 flushes to 0
+  EXPECT_EQ(c.to_host()(0, 0), 1.0078125f);
+}
+
+TEST(Matmul, SpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  xt::xtensor_fixed<float, xt::xshape<4, 2>> a{{nan, 1.0f}, {inf, 0.0f}, {3e38f, 3e38f}, {inf, 1.0f}};
+  xt::xtensor_fixed<float, xt::xshape<2, 1>> b{{1.0f}, {1.0f}};
+  xt::xtensor_fixed<float, xt::xshape<2, 1>> z{{0.0f}, {1.0f}};
+  auto ha = xtpu::from_host(a);
+  xtpu::tensor<float, 4, 1> c = xtpu::matmul(ha, xtpu::from_host(b));
+  xtpu::tensor<float, 4, 1> d = xtpu::matmul(ha, xtpu::from_host(z));
+  const auto hc = c.to_host(), hd = d.to_host();
+  EXPECT_TRUE(std::isnan(hc(0, 0)));
+  EXPECT_EQ(hc(1, 0), inf);
+  EXPECT_EQ(hc(2, 0), inf);   // overflow of the f32 accumulator
+  EXPECT_TRUE(std::isnan(hd(1, 0)));  // inf * 0
+  EXPECT_TRUE(std::isnan(hd(3, 0)));  // inf * 0 in the first pair, NaN stays
+}
+
+TEST(Matmul, Bf16OperandsGiveBf16RoundedOnce) {
+  const auto av = values(4 * 8, 11), bv = values(8 * 3, 12);
+  auto a = device<xtpu::bf16, 4, 8>(av);
+  auto b = device<xtpu::bf16, 8, 3>(bv);
+  auto af = device<float, 4, 8>(av);
+  auto bf = device<float, 8, 3>(bv);
+  xtpu::tensor<xtpu::bf16, 4, 3> c = xtpu::matmul(a, b);
+  xtpu::tensor<float, 4, 3> f = xtpu::matmul(af, bf);  // same bf16 operands, f32 result
+  const auto hc = c.to_host();
+  const auto hf = f.to_host();
+  for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(hc.data()[i].bits(), xtpu::bf16(hf.data()[i]).bits());
+}

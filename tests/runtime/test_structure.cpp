@@ -1,0 +1,84 @@
+// reshape, transpose, permute and reductions against float64 host references.
+#include "reference.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace xtpu_test;
+
+TEST(Structure, ReshapeKeepsRowMajorOrder) {
+  const auto v = values(24, 1);
+  auto x = device<float, 2, 3, 4>(v);
+  xtpu::tensor<float, 6, 4> r = xtpu::reshape<6, 4>(x);
+  xtpu::tensor<float, 24> flat = xtpu::reshape<24>(x * 1.0f);
+  EXPECT_EQ(host(r), host(x));
+  EXPECT_EQ(host(flat), host(x));
+}
+
+TEST(Structure, TransposeAndPermute) {
+  const auto v = values(2 * 3 * 4, 2);
+  auto x = device<float, 2, 3, 4>(v);
+  xtpu::tensor<float, 2, 4, 3> t = xtpu::transpose(x);
+  xtpu::tensor<float, 4, 2, 3> p = xtpu::permute<2, 0, 1>(x);
+  const auto ht = host(t), hp = host(p);
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 3; ++j)
+      for (std::size_t k = 0; k < 4; ++k) {
+        const double e = v[(i * 3 + j) * 4 + k];
+        EXPECT_EQ(ht[(i * 4 + k) * 3 + j], e);
+        EXPECT_EQ(hp[(k * 2 + i) * 3 + j], e);
+      }
+}
+
+TEST(Structure, ReductionsAlongEachAxis) {
+  const auto v = values(2 * 3 * 4, 3);
+  auto x = device<float, 2, 3, 4>(v);
+  xtpu::tensor<float, 3, 4> s0 = xtpu::sum<0>(x);
+  xtpu::tensor<float, 2, 4> m1 = xtpu::mean<1>(x);
+  xtpu::tensor<float, 2, 3> x2 = xtpu::max<-1>(x);
+  const auto h0 = host(s0), h1 = host(m1), h2 = host(x2);
+  for (std::size_t j = 0; j < 3; ++j)
+    for (std::size_t k = 0; k < 4; ++k)
+      EXPECT_NEAR(h0[j * 4 + k], double(v[j * 4 + k]) + v[12 + j * 4 + k], 1e-6);
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t k = 0; k < 4; ++k) {
+      double s = 0;
+      for (std::size_t j = 0; j < 3; ++j) s += v[(i * 3 + j) * 4 + k];
+      EXPECT_NEAR(h1[i * 4 + k], s / 3, 1e-6);
+    }
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 3; ++j) {
+      double m = -1e30;
+      for (std::size_t k = 0; k < 4; ++k) m = std::max(m, double(v[(i * 3 + j) * 4 + k]));
+      EXPECT_EQ(h2[i * 3 + j], m);
+    }
+}
+
+TEST(Structure, FullReductionsAndIntegerSums) {
+  const auto v = values(100, 4);
+  auto x = device<float, 10, 10>(v);
+  double s = 0, m = -1e30;
+  for (float e : v) s += e, m = std::max(m, double(e));
+  EXPECT_NEAR(xtpu::sum(x).item(), s, 1e-5);
+  EXPECT_NEAR(xtpu::mean(x).item(), s / 100, 1e-6);
+  EXPECT_EQ(xtpu::max(x).item(), m);
+  xtpu::tensor<bool, 10, 10> pos = x > 0.0f;
+  const std::int32_t count = xtpu::sum(pos).item();
+  EXPECT_EQ(count, std::count_if(v.begin(), v.end(), [](float e) { return e > 0; }));
+  static_assert(std::is_same_v<decltype(xtpu::sum(pos))::value_type, std::int32_t>);
+  static_assert(std::is_same_v<decltype(xtpu::mean(pos))::value_type, float>);
+}
+
+TEST(Structure, ReductionOfBroadcastExpression) {
+  // softmax-like: x - max(x) broadcast back over the reduced axis
+  const auto v = values(12, 5);
+  auto x = device<float, 3, 4>(v);
+  xtpu::tensor<float, 4, 3> t = xtpu::transpose(x);
+  xtpu::tensor<float, 4, 3> shifted = t - xtpu::max<0>(t);
+  const auto h = host(shifted);
+  for (std::size_t k = 0; k < 4; ++k)
+    for (std::size_t j = 0; j < 3; ++j) {
+      double m = -1e30;
+      for (std::size_t r = 0; r < 4; ++r) m = std::max(m, double(v[j * 4 + r]));
+      EXPECT_EQ(h[k * 3 + j], double(v[j * 4 + k]) - m);
+    }
+}
