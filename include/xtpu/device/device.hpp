@@ -16,7 +16,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
-#include <set>
+#include <unordered_map>
 #include <utility>
 #include <sstream>
 #include <string>
@@ -94,23 +94,57 @@ class device {
   std::uint64_t peak_bytes_in_use() const noexcept { return peak_.load(); }
   std::size_t live_buffers() const {
     std::lock_guard lock(mu_);
-    return live_.size();
+    return live_count_;
   }
 
-  /// Reserves `bytes` of HBM or throws out_of_memory; the caller frees with release().
-  void reserve(std::size_t bytes, std::string_view what) {
-    std::lock_guard lock(mu_);
-    const std::uint64_t cap = capacity(), now = in_use_.load();
-    if (now + bytes > cap) throw out_of_memory(oom_message(bytes, what, now, cap));
-    in_use_.store(now + bytes);
-    peak_.store(std::max(peak_.load(), now + bytes));
-    live_.insert(bytes);
+  /// Allocates `bytes` of emulated HBM (64-byte aligned) or throws out_of_memory, naming the
+  /// request and the largest live buffers. Freed blocks are kept for reuse (a caching
+  /// allocator, like a TPU runtime's): steps that repeat allocate nothing from the host.
+  void* allocate(std::size_t bytes, std::string_view what) {
+    const std::size_t block = block_size(bytes);
+    {
+      std::lock_guard lock(mu_);
+      const std::uint64_t cap = capacity(), now = in_use_.load(std::memory_order_relaxed);
+      if (now + bytes > cap) throw out_of_memory(oom_message(bytes, what, now, cap));
+      ++live_[bytes];  // may throw: nothing is changed yet
+      ++live_count_;
+      in_use_.store(now + bytes, std::memory_order_relaxed);
+      if (now + bytes > peak_.load(std::memory_order_relaxed)) peak_.store(now + bytes, std::memory_order_relaxed);
+      if (auto it = free_.find(block); it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= block;
+        return p;
+      }
+    }
+    if (void* p = std::aligned_alloc(64, block)) return p;
+    deallocate_accounting(bytes);
+    throw std::bad_alloc();
   }
-  void release(std::size_t bytes) noexcept {
-    std::lock_guard lock(mu_);
-    in_use_.fetch_sub(bytes);
-    if (auto it = live_.find(bytes); it != live_.end()) live_.erase(it);
+  void deallocate(void* p, std::size_t bytes) noexcept {
+    const std::size_t block = block_size(bytes);
+    bool keep = false;
+    {
+      std::lock_guard lock(mu_);
+      deallocate_accounting_locked(bytes);
+      if (cached_bytes_ + block <= max_cached_bytes) {
+        try {
+          free_[block].push_back(p);
+          cached_bytes_ += block;
+          keep = true;
+        } catch (...) {
+        }
+      }
+    }
+    if (!keep) std::free(p);
   }
+  /// Host memory held for reuse (not counted as HBM in use).
+  std::size_t cached_bytes() const {
+    std::lock_guard lock(mu_);
+    return cached_bytes_;
+  }
+
+  static constexpr std::size_t max_cached_bytes = std::size_t{256} << 20;
 
  private:
   device(const generation& g, double fraction)
@@ -124,9 +158,22 @@ class device {
     const double f = e && *e ? std::strtod(e, nullptr) : 0.9;
     return f > 0.0 && f <= 1.0 ? f : 0.9;
   }
+  static std::size_t block_size(std::size_t bytes) noexcept { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
+  void deallocate_accounting(std::size_t bytes) noexcept {
+    std::lock_guard lock(mu_);
+    deallocate_accounting_locked(bytes);
+  }
+  void deallocate_accounting_locked(std::size_t bytes) noexcept {
+    in_use_.fetch_sub(bytes, std::memory_order_relaxed);
+    if (auto it = live_.find(bytes); it != live_.end() && it->second > 0) --it->second;
+    --live_count_;
+  }
   std::string oom_message(std::size_t bytes, std::string_view what, std::uint64_t now,
                           std::uint64_t cap) const {
-    std::vector<std::size_t> largest(live_.rbegin(), live_.rend());
+    std::vector<std::size_t> largest;
+    for (const auto& [size, count] : live_)
+      for (std::size_t i = 0; i < count && i < 5; ++i) largest.push_back(size);
+    std::sort(largest.rbegin(), largest.rend());
     largest.resize(std::min<std::size_t>(largest.size(), 5));
     std::ostringstream os;
     os << "xtpu: out of HBM on " << gen_->name << ": allocating " << detail::format_bytes(bytes)
@@ -143,7 +190,10 @@ class device {
   std::atomic<double> fraction_;
   std::atomic<std::uint64_t> in_use_{0}, peak_{0};
   mutable std::mutex mu_;
-  std::multiset<std::size_t> live_;  // sizes of live buffers (for the out_of_memory message)
+  std::unordered_map<std::size_t, std::size_t> live_;  // live buffers by size (for out_of_memory)
+  std::size_t live_count_ = 0;
+  std::unordered_map<std::size_t, std::vector<void*>> free_;  // cached blocks by block size
+  std::size_t cached_bytes_ = 0;
 };
 
 namespace detail {
@@ -152,15 +202,8 @@ namespace detail {
 class device_buffer {
  public:
   device_buffer() noexcept = default;
-  device_buffer(std::size_t bytes, std::string_view what) : bytes_(bytes) {
-    device::current().reserve(bytes_, what);
-    const std::size_t rounded = (bytes_ + 63) / 64 * 64;
-    data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (!data_) {
-      device::current().release(bytes_);
-      throw std::bad_alloc();
-    }
-  }
+  device_buffer(std::size_t bytes, std::string_view what)
+      : data_(device::current().allocate(bytes, what)), bytes_(bytes) {}
   device_buffer(device_buffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) {
     o.data_ = nullptr;
     o.bytes_ = 0;
@@ -184,8 +227,7 @@ class device_buffer {
  private:
   void reset() noexcept {
     if (data_) {
-      std::free(data_);
-      device::current().release(bytes_);
+      device::current().deallocate(data_, bytes_);
       data_ = nullptr;
     }
   }

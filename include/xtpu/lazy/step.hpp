@@ -65,7 +65,7 @@ struct statement {
 struct plan {
   struct loc {
     std::int64_t arena = -1;    // offset in the step arena, or
-    std::int32_t output = -1;   // the output of this statement
+    std::int32_t output = -1;   // the output of this live statement (its position in stmts)
   };
   struct op {
     std::uint32_t kernel;
@@ -169,7 +169,7 @@ class step {
   step() = default;
   step(const step&) = delete;
   step& operator=(const step&) = delete;
-  ~step() { release(abandoned); }
+  ~step() { abandon(); }
 
   static step& this_thread() {
     thread_local step s;
@@ -298,7 +298,7 @@ class step {
         }
         if (fresh) {
           plan::loc where;
-          if (root) where.output = static_cast<std::int32_t>(s);
+          if (root) where.output = static_cast<std::int32_t>(pos);
           values.push_back(value{where, kd.bytes, pos, pos, !root});
           p.ops.push_back(plan::op{k, false, {}});
         } else {
@@ -358,8 +358,8 @@ class step {
     // 1. every allocation first: a throw here leaves the step pending and intact
     outputs_.clear();
     outputs_.reserve(p.stmts.size());
-    std::vector<device_buffer> buffers;
-    buffers.reserve(p.stmts.size());
+    auto& buffers = buffers_;
+    buffers.clear();
     for (const auto& sp : p.stmts) {
       const statement& st = stmts_[sp.stmt];
       outputs_.push_back(st.out.lock());
@@ -370,10 +370,11 @@ class step {
       arena_ = device_buffer(p.arena_bytes, "step arena (temporaries)");
     }
     for (std::size_t i = 0; i < outputs_.size(); ++i) outputs_[i]->buffer = std::move(buffers[i]);
+    buffers.clear();
     // 2. run
     auto* arena = static_cast<std::byte*>(arena_.data());
     auto where = [&](const plan::loc& l) -> void* {
-      return l.arena >= 0 ? static_cast<void*>(arena + l.arena) : stmt_output(static_cast<std::size_t>(l.output));
+      return l.arena >= 0 ? static_cast<void*>(arena + l.arena) : outputs_[static_cast<std::size_t>(l.output)]->buffer.data();
     };
     for (std::size_t i = 0; i < p.stmts.size(); ++i) {
       const auto& sp = p.stmts[i];
@@ -396,18 +397,18 @@ class step {
         }
       }
     }
-    release();
+    for (auto& o : outputs_) o->owner.store(nullptr, std::memory_order_release);
+    outputs_.clear();
+    forget();
   }
 
-  void* stmt_output(std::size_t s) const noexcept {
-    auto sp = stmts_[s].out.lock();
-    return sp ? sp->buffer.data() : nullptr;
-  }
-
-  /// Publishes results (nothing pending any more) and forgets the step.
-  void release(const void* new_owner = nullptr) noexcept {
+  /// The thread ends with statements pending: their values will never exist.
+  void abandon() noexcept {
     for (auto& st : stmts_)
-      if (auto s = st.out.lock()) s->owner.store(new_owner, std::memory_order_release);
+      if (auto s = st.out.lock()) s->owner.store(abandoned, std::memory_order_release);
+    forget();
+  }
+  void forget() noexcept {
     stmts_.clear();
     leaves_.clear();
     scalars_.clear();
@@ -426,6 +427,7 @@ class step {
   // scratch, reused across steps
   std::vector<std::shared_ptr<storage>> outputs_;
   std::vector<const void*> leaf_ptrs_, temp_ptrs_;
+  std::vector<device_buffer> buffers_;
   device_buffer arena_;
 };
 
