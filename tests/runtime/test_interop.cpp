@@ -39,7 +39,11 @@ TEST(Interop, PrintingIsASync) {
   std::ostringstream os;
   os << y;
   EXPECT_EQ(os.str(), "tensor<s32, 2, 2> {{2, 4}, {6, 8}}");
-  EXPECT_EQ(xtpu::metrics::counter("SyncPoints"), 1);
+  std::ostringstream bs;
+  bs << xtpu::full<xtpu::bf16, 2>(xtpu::bf16(1.5f)) << " " << xtpu::tensor<bool, 1>(xtpu::full<bool, 1>(true))
+     << " " << xtpu::full<float>(0.25f);
+  EXPECT_EQ(bs.str(), "tensor<bf16, 2> {1.5, 1.5} tensor<pred, 1> {true} tensor<f32> 0.25");
+  EXPECT_EQ(xtpu::metrics::counter("SyncPoints"), 4);  // one per tensor printed
 }
 
 TEST(Interop, Bf16AndBoolTensors) {

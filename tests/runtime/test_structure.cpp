@@ -82,3 +82,58 @@ TEST(Structure, ReductionOfBroadcastExpression) {
       EXPECT_EQ(h[k * 3 + j], double(v[j * 4 + k]) - m);
     }
 }
+
+TEST(Structure, SlicePadConcat) {
+  const auto v = values(2 * 3 * 4, 6);
+  auto x = device<float, 2, 3, 4>(v);
+  xtpu::tensor<float, 2, 2, 4> s = xtpu::slice<1, 1, 3>(x);
+  xtpu::tensor<float, 2, 3, 7> p = xtpu::pad<-1, 1, 2>(x, -5.0);
+  xtpu::tensor<float, 2, 5, 4> c = xtpu::concat<1>(x, s * 10.0f);
+  xtpu::tensor<float, 2, 3, 128> m = xtpu::pad_to_multiple<2, 128>(x);
+  const auto hs = host(s), hp = host(p), hc = host(c), hm = host(m);
+  auto at = [&](std::size_t i, std::size_t j, std::size_t k) { return double(v[(i * 3 + j) * 4 + k]); };
+  for (std::size_t i = 0; i < 2; ++i) {
+    for (std::size_t j = 0; j < 2; ++j)
+      for (std::size_t k = 0; k < 4; ++k) EXPECT_EQ(hs[(i * 2 + j) * 4 + k], at(i, j + 1, k));
+    for (std::size_t j = 0; j < 3; ++j)
+      for (std::size_t k = 0; k < 7; ++k)
+        EXPECT_EQ(hp[(i * 3 + j) * 7 + k], k >= 1 && k < 5 ? at(i, j, k - 1) : -5.0);
+    for (std::size_t j = 0; j < 5; ++j)
+      for (std::size_t k = 0; k < 4; ++k)
+        EXPECT_EQ(hc[(i * 5 + j) * 4 + k], j < 3 ? at(i, j, k) : double(float(at(i, j - 2, k)) * 10.0f));
+    for (std::size_t j = 0; j < 3; ++j)
+      for (std::size_t k = 0; k < 128; ++k) EXPECT_EQ(hm[(i * 3 + j) * 128 + k], k < 4 ? at(i, j, k) : 0.0);
+  }
+}
+
+TEST(Structure, SoftmaxAndLogSoftmaxMatchFloat64) {
+  const auto v = values(3 * 5, 7, 20.0f);  // large logits: the max shift matters
+  auto x = device<float, 3, 5>(v);
+  xtpu::tensor<float, 3, 5> sm = xtpu::softmax<-1>(x), ls = xtpu::log_softmax<1>(x), s0 = xtpu::softmax<0>(x);
+  const auto h = host(sm), hl = host(ls), h0 = host(s0);
+  for (std::size_t i = 0; i < 3; ++i) {
+    double mx = -1e300, z = 0;
+    for (std::size_t j = 0; j < 5; ++j) mx = std::max(mx, double(v[i * 5 + j]));
+    for (std::size_t j = 0; j < 5; ++j) z += std::exp(double(v[i * 5 + j]) - mx);
+    for (std::size_t j = 0; j < 5; ++j) {
+      const double p = std::exp(double(v[i * 5 + j]) - mx) / z;
+      EXPECT_NEAR(h[i * 5 + j], p, 1e-6);
+      EXPECT_NEAR(hl[i * 5 + j], std::log(p), 1e-5);
+    }
+  }
+  for (std::size_t j = 0; j < 5; ++j) {
+    double sum = 0;
+    for (std::size_t i = 0; i < 3; ++i) sum += h0[i * 5 + j];
+    EXPECT_NEAR(sum, 1.0, 1e-6);
+  }
+  static_assert(std::is_same_v<decltype(xtpu::softmax<0>(xtpu::tensor<xtpu::bf16, 2>{}))::value_type, xtpu::bf16>);
+}
+
+TEST(Structure, GeluIsTheErfForm) {
+  const auto v = values(16, 8, 4.0f);
+  auto x = device<float, 16>(v);
+  xtpu::tensor<float, 16> g = xtpu::gelu(x);
+  const auto h = host(g);
+  for (std::size_t i = 0; i < 16; ++i)
+    EXPECT_NEAR(h[i], 0.5 * v[i] * (1.0 + std::erf(v[i] / std::sqrt(2.0))), 1e-6);
+}

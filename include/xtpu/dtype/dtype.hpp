@@ -85,6 +85,17 @@ struct promote {
       AWeak == BWeak, strong, std::conditional_t<AWeak, with_weak<B, A>, with_weak<A, B>>>;
   static constexpr bool weak = AWeak && BWeak;
 };
+
+template <class... T>
+struct promote_all;
+template <class T>
+struct promote_all<T> {
+  using type = T;
+};
+template <class A, class B, class... Rest>
+struct promote_all<A, B, Rest...> {
+  using type = typename promote_all<typename promote<A, false, B, false>::type, Rest...>::type;
+};
 }  // namespace detail
 
 /// Binary promotion of two tensor element types.

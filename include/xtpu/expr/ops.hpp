@@ -1,7 +1,7 @@
 // xtpu/expr/ops.hpp — the operations users write: operators and functions that build nodes.
 //
 // Provides (all constexpr, all lazy):
-//   + - * / (tensor, expression or scalar), unary -, exp log sqrt rsqrt abs tanh sigmoid relu,
+//   + - * / (tensor, expression or scalar), unary -, exp log sqrt rsqrt abs tanh sigmoid relu gelu,
 //   maximum minimum, < <= > >= == != (to bool), where(mask, a, b), cast<T>(e),
 //   matmul(a, b), transpose(e), permute<P...>(e), reshape<D...>(e),
 //   sum/mean/max<Axis>(e) and full sum(e)/mean(e)/max(e).
@@ -204,6 +204,9 @@ struct tanh { static constexpr op_tag tag = op_tag::tanh; static constexpr bool 
   static float f(float a) noexcept { return std::tanh(a); } };
 struct sigmoid { static constexpr op_tag tag = op_tag::sigmoid; static constexpr bool floating = true;
   static float f(float a) noexcept { return 1.0f / (1.0f + std::exp(-a)); } };
+/// The exact (erf) GELU, PyTorch's default: x/2 (1 + erf(x / sqrt 2)).
+struct gelu { static constexpr op_tag tag = op_tag::gelu; static constexpr bool floating = true;
+  static float f(float a) noexcept { return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f)); } };
 }  // namespace op
 
 // ---- operators -------------------------------------------------------------------------------
@@ -244,6 +247,7 @@ XTPU_UNARY_FUNCTION(abs)
 XTPU_UNARY_FUNCTION(tanh)
 XTPU_UNARY_FUNCTION(sigmoid)
 XTPU_UNARY_FUNCTION(relu)
+XTPU_UNARY_FUNCTION(gelu)
 #undef XTPU_UNARY_FUNCTION
 
 template <class L, class R>

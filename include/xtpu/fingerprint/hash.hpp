@@ -15,12 +15,12 @@ namespace xtpu {
 enum class op_tag : std::uint32_t {
   leaf = 1, scalar = 2, full = 3, normal = 4,
   add = 10, sub = 11, mul = 12, div = 13, neg = 14,
-  exp = 20, log = 21, sqrt = 22, rsqrt = 23, abs = 24, tanh = 25, sigmoid = 26, relu = 27,
+  exp = 20, log = 21, sqrt = 22, rsqrt = 23, abs = 24, tanh = 25, sigmoid = 26, relu = 27, gelu = 28,
   maximum = 30, minimum = 31,
   lt = 40, le = 41, gt = 42, ge = 43, eq = 44, ne = 45,
   where = 50, cast = 51,
   matmul = 60,
-  reshape = 70, permute = 71,
+  reshape = 70, permute = 71, slice = 72, pad = 73, concat = 74,
   sum = 80, mean = 81, max = 82,
   statement = 100, step = 101,
 };

@@ -250,6 +250,7 @@ std::ostream& operator<<(std::ostream& os, const tensor<T, Dims...>& t) {
   auto print = [&](auto&& self, std::size_t d, std::size_t offset) -> void {
     if (d == dims.size()) {
       if constexpr (std::is_same_v<T, bool>) os << (p[offset] ? "true" : "false");
+      else if constexpr (std::is_same_v<T, bf16>) os << static_cast<float>(p[offset]);
       else os << +p[offset];
       return;
     }

@@ -5,7 +5,7 @@
 // compiler's "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both.
 // Codes (docs/errors.md):
 //   E101 broadcast   E102 assign   E103 reshape   E104 axis   E105 zero extent   E106 rank
-//   E107 permute     E108 transpose
+//   E107 permute     E108 transpose   E109 slice   E110 concat
 //   E301 matmul inner dims   E302 matmul batch dims   E303 matmul operand rank
 #pragma once
 
@@ -58,6 +58,18 @@ constexpr void permute() {
 template <class Shape>
 constexpr void transpose() {
   static_assert(Shape::rank >= 2, "xtpu E108 transpose: the operand needs rank 2 or more");
+}
+
+template <class Shape, std::size_t Axis, std::size_t Begin, std::size_t End>
+constexpr void slice() {
+  static_assert(detail::slice_in_range_v<Shape, Axis, Begin, End>,
+                "xtpu E109 slice: the range [Begin, End) must be non-empty and inside the axis");
+}
+
+template <std::size_t Axis, class... Shapes>
+constexpr void concat() {
+  static_assert(detail::concatenable_v<Axis, Shapes...>,
+                "xtpu E110 concat: operands must have the same rank and the same extents except along the axis");
 }
 
 template <class LhsShape, class RhsShape>

@@ -158,6 +158,41 @@ struct reduce_holder {
 template <class S, int Axis>
 using reduce_t = to_extents_t<reduce_holder<S, Axis>>;
 
+/// The extent of one axis (1 past the rank, so that only the checker's static_assert fires).
+template <class S, std::size_t Axis>
+inline constexpr std::size_t extent_v = Axis < S::rank ? S::dims[Axis < S::rank ? Axis : 0] : 1;
+
+/// S with the extent of one axis replaced (keepdims of a reduction: Extent = 1; slice, pad).
+template <class S, std::size_t Axis, std::size_t Extent>
+struct set_axis_holder {
+  static constexpr auto make() {
+    auto r = S::dims;
+    if (Axis < S::rank) r[Axis] = Extent;
+    return r;
+  }
+  static constexpr auto value = make();
+};
+template <class S, std::size_t Axis, std::size_t Extent>
+using set_axis_t = to_extents_t<set_axis_holder<S, Axis, Extent>>;
+
+// ---- slice / concat ----------------------------------------------------------------------
+template <class S, std::size_t Axis, std::size_t Begin, std::size_t End>
+inline constexpr bool slice_in_range_v = Axis < S::rank && Begin < End && End <= extent_v<S, Axis>;
+
+/// Same rank, same extents but along Axis.
+template <std::size_t Axis, class A, class B>
+constexpr bool concat_pair() {
+  if constexpr (A::rank != B::rank || Axis >= A::rank) {
+    return false;
+  } else {
+    for (std::size_t d = 0; d < A::rank; ++d)
+      if (d != Axis && A::dims[d] != B::dims[d]) return false;
+    return true;
+  }
+}
+template <std::size_t Axis, class S0, class... S>
+inline constexpr bool concatenable_v = concat_pair<Axis, S0, S0>() && (concat_pair<Axis, S0, S>() && ...);
+
 // ---- permute / transpose -----------------------------------------------------------------
 template <class S, std::size_t... P>
 constexpr bool is_permutation() {
