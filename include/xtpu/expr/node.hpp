@@ -51,26 +51,19 @@ struct recorder {
   std::vector<double>* scalars;
 };
 
+template <std::size_t N>
+constexpr std::array<std::size_t, N + 1> prefix_sums(const std::array<std::size_t, N>& n) {
+  std::array<std::size_t, N + 1> r{};
+  for (std::size_t i = 0; i < N; ++i) r[i + 1] = r[i] + n[i];
+  return r;
+}
+
+/// Where each child's leaves, scalars and temps start, in post-order (and the totals, last).
 template <class... C>
 struct offsets {
-  static constexpr std::array<std::size_t, sizeof...(C) + 1> leaves = [] {
-    std::array<std::size_t, sizeof...(C) + 1> r{};
-    std::size_t i = 0, n[] = {C::n_leaves..., 0};
-    for (; i < sizeof...(C); ++i) r[i + 1] = r[i] + n[i];
-    return r;
-  }();
-  static constexpr std::array<std::size_t, sizeof...(C) + 1> scalars = [] {
-    std::array<std::size_t, sizeof...(C) + 1> r{};
-    std::size_t n[] = {C::n_scalars..., 0};
-    for (std::size_t i = 0; i < sizeof...(C); ++i) r[i + 1] = r[i] + n[i];
-    return r;
-  }();
-  static constexpr std::array<std::size_t, sizeof...(C) + 1> temps = [] {
-    std::array<std::size_t, sizeof...(C) + 1> r{};
-    std::size_t n[] = {C::n_temps..., 0};
-    for (std::size_t i = 0; i < sizeof...(C); ++i) r[i + 1] = r[i] + n[i];
-    return r;
-  }();
+  static constexpr auto leaves = prefix_sums(std::array<std::size_t, sizeof...(C)>{C::n_leaves...});
+  static constexpr auto scalars = prefix_sums(std::array<std::size_t, sizeof...(C)>{C::n_scalars...});
+  static constexpr auto temps = prefix_sums(std::array<std::size_t, sizeof...(C)>{C::n_temps...});
 };
 
 /// The structural part of a node's fingerprint: op, dtype, shape.
