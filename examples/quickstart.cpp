@@ -27,21 +27,19 @@ int main() {
   // ---- self-check against a float64 host computation ------------------------------------
   xtpu::tensor<float, D, H> w0 = xtpu::random::normal<float, D, H>(7, 0.0f, 0.05f);
   const auto w_init = w0.to_host();
-  std::vector<double> wh(w_init.begin(), w_init.end()), hh(B * H);
+  std::vector<double> wh(w_init.begin(), w_init.end()), hh(B * H), xm(B * D), wm(D * H), hm(B * H);
   auto mxu = [](double v) { return static_cast<double>(xtpu::detail::mxu_operand(static_cast<float>(v))); };
+  for (std::size_t i = 0; i < B * D; ++i) xm[i] = mxu(batch.data()[i]);
   for (int step = 0; step < 10; ++step) {
-    for (std::size_t i = 0; i < B; ++i)
-      for (std::size_t j = 0; j < H; ++j) {
-        double acc = 0;
-        for (std::size_t k = 0; k < D; ++k) acc += mxu(batch(i, k)) * mxu(wh[k * H + j]);
-        hh[i * H + j] = std::max(acc, 0.0);
-      }
-    for (std::size_t k = 0; k < D; ++k)
-      for (std::size_t j = 0; j < H; ++j) {
-        double acc = 0;
-        for (std::size_t i = 0; i < B; ++i) acc += mxu(batch(i, k)) * mxu(hh[i * H + j]);
-        wh[k * H + j] -= 0.01 * acc;
-      }
+    for (std::size_t i = 0; i < D * H; ++i) wm[i] = mxu(wh[i]);
+    std::fill(hh.begin(), hh.end(), 0.0);
+    for (std::size_t i = 0; i < B; ++i)  // h = relu(x w)          (B, D) x (D, H)
+      for (std::size_t k = 0; k < D; ++k)
+        for (std::size_t j = 0; j < H; ++j) hh[i * H + j] += xm[i * D + k] * wm[k * H + j];
+    for (std::size_t i = 0; i < B * H; ++i) hm[i] = mxu(std::max(static_cast<double>(static_cast<float>(hh[i])), 0.0));
+    for (std::size_t i = 0; i < B; ++i)  // w -= 0.01 x^T h       (D, B) x (B, H)
+      for (std::size_t k = 0; k < D; ++k)
+        for (std::size_t j = 0; j < H; ++j) wh[k * H + j] -= 0.01 * xm[i * D + k] * hm[i * H + j];
   }
   const auto wd = w.to_host();
   double max_err = 0, max_val = 0;

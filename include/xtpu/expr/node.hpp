@@ -294,7 +294,7 @@ struct matmul_node : detail::node_base<matmul_node<Prec, L, R>> {
   static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
     return load_materialized<matmul_node, TB>(b, i);
   }
-  /// Defined in kernels/reference.hpp.
+  /// Defined in kernels/matmul.hpp.
   template <std::size_t LB, std::size_t SB, std::size_t TB>
   static void compute(const detail::bound& b, value_type* out);
   void collect(detail::recorder& r) const {

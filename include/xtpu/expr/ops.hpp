@@ -306,9 +306,10 @@ constexpr auto transpose(E&& e) {
 }
 
 /// Matrix product (..., M, K) x (..., K, N) -> (..., M, N); batch dims broadcast.
-/// Operands are rounded to bf16 and accumulated in f32 (DESIGN.md §4, precision DEFAULT);
-/// the result is bf16 when both operands are bf16, else f32.
-template <class L, class R>
+/// On the MXU model (DESIGN.md §4): operands rounded to bf16, f32 accumulation; Prec picks
+/// XLA's precision level (default_: 1 bf16 pass, high: 3, highest: 6) and is part of the
+/// fingerprint. The result is bf16 when both operands are bf16, else f32.
+template <precision Prec = precision::default_, class L, class R>
   requires(detail::operand<L> || detail::operand<R>)
 constexpr auto matmul(L&& l, R&& r) {
   using LN = detail::node_t<L>;
@@ -317,7 +318,7 @@ constexpr auto matmul(L&& l, R&& r) {
   detail::check_operand<R>();
   check::matmul<typename LN::shape_type, typename RN::shape_type>();
   check::matmul_dtype<typename LN::value_type, typename RN::value_type>();
-  return matmul_node<precision::default_, LN, RN>{
+  return matmul_node<Prec, LN, RN>{
       {}, detail::as_node(std::forward<L>(l)), detail::as_node(std::forward<R>(r))};
 }
 

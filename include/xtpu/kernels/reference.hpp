@@ -2,8 +2,8 @@
 // tested against, and what matmul runs on until the systolic emulator lands.
 //
 // Provides: detail::mxu_operand (f32/bf16 -> the bf16 value the MXU multiplies),
-// detail::ftz, detail::reference_pass (one bf16 pass, DESIGN.md §4), and the body of
-// matmul_node::compute.
+// detail::ftz, detail::reference_pass (one bf16 pass, DESIGN.md §4): plain loops, the
+// definition that kernels/mxu.hpp's fast paths are tested against bit for bit.
 // Numerics (DESIGN.md §4): operands are flushed (denormal -> signed zero) then rounded to
 // bf16; per output element acc = 0 and for each pair (2i, 2i+1) of k:
 //   acc = ftz(fma(a[2i+1], b[2i+1], acc)); acc = ftz(fma(a[2i], b[2i], acc));
@@ -64,30 +64,3 @@ constexpr std::size_t batch_index(std::size_t ob) noexcept {
 
 }  // namespace xtpu::detail
 
-namespace xtpu {
-
-template <precision Prec, class L, class R>
-template <std::size_t LB, std::size_t SB, std::size_t TB>
-void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out) {
-  static_assert(Prec == precision::default_, "only precision::default_ exists so far");
-  using LS = typename L::shape_type;
-  using RS = typename R::shape_type;
-  using OS = shape_type;
-  constexpr std::size_t M = LS::dims[LS::rank - 2], K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
-  constexpr std::size_t batches = OS::size / (M * N);
-  using offs = detail::offsets<L, R>;
-  std::vector<float> a(M * K), w(K * N), c(M * N);
-  for (std::size_t ob = 0; ob < batches; ++ob) {
-    const std::size_t la = detail::batch_index<OS, LS>(ob) * M * K, rb = detail::batch_index<OS, RS>(ob) * K * N;
-    for (std::size_t i = 0; i < M * K; ++i)
-      a[i] = detail::mxu_operand(static_cast<float>(
-          L::template load<LB + offs::leaves[0], SB + offs::scalars[0], TB + offs::temps[0]>(b, la + i)));
-    for (std::size_t i = 0; i < K * N; ++i)
-      w[i] = detail::mxu_operand(static_cast<float>(
-          R::template load<LB + offs::leaves[1], SB + offs::scalars[1], TB + offs::temps[1]>(b, rb + i)));
-    detail::reference_pass(a.data(), w.data(), c.data(), M, N, K);
-    for (std::size_t i = 0; i < M * N; ++i) out[ob * M * N + i] = store_as<value_type>(c[i]);
-  }
-}
-
-}  // namespace xtpu

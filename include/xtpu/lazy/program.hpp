@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "xtpu/expr/node.hpp"
-#include "xtpu/kernels/reference.hpp"
+#include "xtpu/kernels/matmul.hpp"
 
 namespace xtpu::detail {
 

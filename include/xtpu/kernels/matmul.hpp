@@ -1,0 +1,177 @@
+// xtpu/kernels/matmul.hpp — matmul_node::compute: operands to the systolic emulator, the
+// precision levels, the output rounding.
+//
+// Provides: the body of matmul_node<Prec, L, R>::compute and xtpu::mxu::split (XLA's bf16
+// operand splits). Per batch, an operand that is a tensor (or a tensor transposed) is read in
+// place through strides; any other expression is evaluated once into an f32 buffer first.
+// Precision (DESIGN.md §4), each `dot` one mxu::pass, each `+` an f32 add with flush:
+//   DEFAULT  r = dot(a, b)
+//   HIGH     r = dot(lo, hi') + dot(hi, lo'); NaN -> 0; r += dot(hi, hi')
+//   HIGHEST  r = dot(mid, mid') + dot(hi, lo'); r += dot(lo, hi'); r += dot(hi, mid');
+//            r += dot(mid, hi'); NaN -> 0; r += dot(hi, hi')
+// A bf16 result is rounded once, at the end.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "xtpu/expr/node.hpp"
+#include "xtpu/kernels/mxu.hpp"
+#include "xtpu/kernels/reference.hpp"
+
+namespace xtpu::mxu {
+
+/// XLA's split of an f32 operand into bf16-exact parts (DESIGN.md §4).
+struct split_parts {
+  float hi, mid, lo;
+};
+inline split_parts split(float x, precision p) noexcept {
+  const float xf = xtpu::detail::ftz(x);
+  const float hi = std::bit_cast<float>(std::bit_cast<std::uint32_t>(xf) & 0xFFFF0000u);
+  const float rest = xf - hi;
+  const float mid = std::bit_cast<float>(std::bit_cast<std::uint32_t>(rest) & 0xFFFF0000u);
+  const float lo = xtpu::detail::bf16_bits_to_float(xtpu::detail::bf16_round_bits(p == precision::highest ? rest - mid : rest));
+  return {hi, mid, lo};
+}
+
+/// r = ftz(r + s) elementwise; with nan_to_zero, NaNs in r become 0 first.
+inline void accumulate(float* r, const float* s, std::size_t n, bool nan_to_zero = false) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    float v = r[i];
+    if (nan_to_zero && v != v) v = 0.0f;
+    r[i] = xtpu::detail::ftz(v + s[i]);
+  }
+}
+inline void zero_nans(float* r, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    if (r[i] != r[i]) r[i] = 0.0f;
+}
+
+/// c (M, N) = a x b at precision p; a, b are f32 row-major (M, K) and (K, N) — the caller's
+/// split operands. Used for HIGH and HIGHEST; DEFAULT calls pass() directly.
+inline void multi_pass(precision p, const float* a, const float* b, float* c, std::size_t M, std::size_t N,
+                       std::size_t K, isa path, int threads) {
+  std::vector<float> ah(M * K), am(M * K), al(M * K), bh(K * N), bm(K * N), bl(K * N), t(M * N);
+  for (std::size_t i = 0; i < M * K; ++i) {
+    const auto s = split(a[i], p);
+    ah[i] = s.hi, am[i] = s.mid, al[i] = s.lo;
+  }
+  for (std::size_t i = 0; i < K * N; ++i) {
+    const auto s = split(b[i], p);
+    bh[i] = s.hi, bm[i] = s.mid, bl[i] = s.lo;
+  }
+  auto dot = [&](const std::vector<float>& x, const std::vector<float>& y, float* out) {
+    pass({x.data(), false, K, 1}, {y.data(), false, N, 1}, out, N, M, N, K, path, threads);
+  };
+  if (p == precision::high) {
+    dot(al, bh, c);
+    dot(ah, bl, t.data());
+    accumulate(c, t.data(), M * N);
+  } else {
+    dot(am, bm, c);
+    dot(ah, bl, t.data());
+    accumulate(c, t.data(), M * N);
+    dot(al, bh, t.data());
+    accumulate(c, t.data(), M * N);
+    dot(ah, bm, t.data());
+    accumulate(c, t.data(), M * N);
+    dot(am, bh, t.data());
+    accumulate(c, t.data(), M * N);
+  }
+  dot(ah, bh, t.data());
+  accumulate(c, t.data(), M * N, /*nan_to_zero*/ true);
+}
+
+}  // namespace xtpu::mxu
+
+namespace xtpu::detail {
+
+template <class N>
+inline constexpr bool is_leaf_v = false;
+template <class T, bool O>
+inline constexpr bool is_leaf_v<leaf<T, O>> = true;
+
+/// A node that is a tensor with its last two axes swapped (transpose(x) of a tensor).
+template <class N>
+inline constexpr bool is_transposed_leaf_v = false;
+template <class C, std::size_t... P>
+inline constexpr bool is_transposed_leaf_v<permute_node<C, P...>> = [] {
+  if (!is_leaf_v<C>) return false;
+  constexpr std::size_t r = sizeof...(P);
+  constexpr std::array<std::size_t, r> p{P...};
+  for (std::size_t i = 0; i + 2 < r; ++i)
+    if (p[i] != i) return false;
+  return r >= 2 && p[r - 2] == r - 1 && p[r - 1] == r - 2;
+}();
+
+/// The operand Node (shape (..., rows, cols)) of one batch, as the emulator reads it.
+template <class Node, std::size_t LB, std::size_t SB, std::size_t TB>
+struct operand_source {
+  using S = typename Node::shape_type;
+  static constexpr std::size_t rows = S::dims[S::rank - 2], cols = S::dims[S::rank - 1];
+  std::vector<float> values;  // only for expressions that are evaluated first
+
+  explicit operand_source(const bound& b) {
+    if constexpr (!is_leaf_v<Node> && !is_transposed_leaf_v<Node>) {
+      values.resize(S::size);
+      for (std::size_t i = 0; i < S::size; ++i) values[i] = static_cast<float>(Node::template load<LB, SB, TB>(b, i));
+    }
+  }
+  mxu::matrix_view view(const bound& b, std::size_t batch) const {
+    if constexpr (is_leaf_v<Node>) {
+      using T = typename Node::value_type;
+      const T* base = static_cast<const T*>(b.leaves[LB]) + batch * rows * cols;
+      return {base, std::is_same_v<T, bf16>, cols, 1};
+    } else if constexpr (is_transposed_leaf_v<Node>) {
+      using T = typename Node::value_type;
+      const T* base = static_cast<const T*>(b.leaves[LB]) + batch * rows * cols;
+      return {base, std::is_same_v<T, bf16>, 1, rows};  // element (r, c) is x[c][r]
+    } else {
+      return {values.data() + batch * rows * cols, false, cols, 1};
+    }
+  }
+};
+
+}  // namespace xtpu::detail
+
+namespace xtpu {
+
+template <precision Prec, class L, class R>
+template <std::size_t LB, std::size_t SB, std::size_t TB>
+void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out) {
+  using LS = typename L::shape_type;
+  using RS = typename R::shape_type;
+  using OS = shape_type;
+  constexpr std::size_t M = LS::dims[LS::rank - 2], K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
+  constexpr std::size_t batches = OS::size / (M * N);
+  using offs = detail::offsets<L, R>;
+  const detail::operand_source<L, LB + offs::leaves[0], SB + offs::scalars[0], TB + offs::temps[0]> lhs(b);
+  const detail::operand_source<R, LB + offs::leaves[1], SB + offs::scalars[1], TB + offs::temps[1]> rhs(b);
+  const isa path = kernels::active_isa();
+  const int threads = kernels::num_threads();
+  std::vector<float> scratch;
+  if constexpr (!std::is_same_v<value_type, float>) scratch.resize(M * N);
+  std::vector<float> a, w;
+  for (std::size_t ob = 0; ob < batches; ++ob) {
+    const auto av = lhs.view(b, detail::batch_index<OS, LS>(ob));
+    const auto bv = rhs.view(b, detail::batch_index<OS, RS>(ob));
+    float* c = std::is_same_v<value_type, float> ? reinterpret_cast<float*>(out) + ob * M * N : scratch.data();
+    if constexpr (Prec == precision::default_) {
+      mxu::pass(av, bv, c, N, M, N, K, path, threads);
+    } else {
+      a.resize(M * K);
+      w.resize(K * N);
+      for (std::size_t i = 0; i < M; ++i)
+        for (std::size_t k = 0; k < K; ++k) a[i * K + k] = av.value(i, k);
+      for (std::size_t k = 0; k < K; ++k)
+        for (std::size_t j = 0; j < N; ++j) w[k * N + j] = bv.value(k, j);
+      mxu::multi_pass(Prec, a.data(), w.data(), c, M, N, K, path, threads);
+    }
+    if constexpr (!std::is_same_v<value_type, float>)
+      for (std::size_t i = 0; i < M * N; ++i) out[ob * M * N + i] = store_as<value_type>(c[i]);
+  }
+}
+
+}  // namespace xtpu

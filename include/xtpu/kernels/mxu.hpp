@@ -1,0 +1,406 @@
+// xtpu/kernels/mxu.hpp — the systolic emulator: one bf16 MXU pass as a blocked, packed,
+// multi-threaded GEMM, bit-identical on every path.
+//
+// Provides: xtpu::mxu::matrix_view (an f32 or bf16 operand read through strides, so
+// transposed tensors need no copy) and xtpu::mxu::pass(a, b, c, ...):
+//   c (M, N) f32 = a (M, K) x b (K, N), one bf16 pass (DESIGN.md §4).
+// How it stays bit-exact (docs/mxu.md):
+//   * packing turns every operand element into the value the MXU multiplies
+//     (detail::mxu_operand: denormal -> signed zero, then RNE to bf16);
+//   * the FMA paths (scalar, avx2, avx512) visit k in the pair order 1, 0, 3, 2, ... —
+//     packing stores k that way — and run under MXCSR FTZ|DAZ; a product of two bf16 values
+//     is exact in f32, so fma(a, b, acc) is vdpbf16ps's own step;
+//   * the avx512bf16 path packs bf16 pairs and runs vdpbf16ps itself (odd K: the missing
+//     element is -0 x +0, an exact identity);
+//   * blocking over K keeps k in order (the f32 accumulator is stored and reloaded, exactly);
+//     threads split M or N, never K.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cfenv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "xtpu/dtype/bf16.hpp"
+#include "xtpu/kernels/cpu.hpp"
+#include "xtpu/kernels/reference.hpp"
+#include "xtpu/kernels/thread_pool.hpp"
+
+#if XTPU_X86
+#include <immintrin.h>
+#endif
+
+namespace xtpu::mxu {
+
+/// An operand: element (r, c) is data[r * rs + c * cs], stored as f32 or bf16.
+struct matrix_view {
+  const void* data;
+  bool bf16;
+  std::size_t rs, cs;
+  /// The stored value, widened to f32.
+  float value(std::size_t r, std::size_t c) const noexcept {
+    const std::size_t i = r * rs + c * cs;
+    return bf16 ? xtpu::detail::bf16_bits_to_float(static_cast<const std::uint16_t*>(data)[i])
+                : static_cast<const float*>(data)[i];
+  }
+  /// The value the MXU multiplies (flushed, rounded to bf16), as f32.
+  float at(std::size_t r, std::size_t c) const noexcept { return xtpu::detail::mxu_operand(value(r, c)); }
+  /// The same value as bf16 bits.
+  std::uint16_t bits(std::size_t r, std::size_t c) const noexcept {
+    return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(at(r, c)) >> 16);
+  }
+};
+
+namespace detail {
+
+/// Position t of a packed k block -> the k it holds: pairs visited odd element first.
+constexpr std::size_t pair_order(std::size_t t, std::size_t kc) noexcept {
+  const std::size_t s = t ^ 1u;
+  return s < kc ? s : t;
+}
+
+struct blocking {
+  std::size_t mr, nr, kc, mc, nc;
+};
+constexpr blocking blocking_for(isa i) noexcept {
+  switch (i) {
+    case isa::avx512: return {12, 32, 256, 192, 3072};
+    case isa::avx512bf16: return {12, 32, 512, 192, 3072};  // kc counts elements (256 pairs)
+    case isa::avx2: return {6, 16, 256, 96, 2048};
+    default: return {4, 4, 256, 64, 512};
+  }
+}
+
+// ---- operand conversion ------------------------------------------------------------------
+
+/// f32 bits -> the bits of the value the MXU multiplies; branch-free, equal to mxu_operand.
+constexpr std::uint32_t mxu_bits(std::uint32_t u) noexcept {
+  const std::uint32_t mag = u & 0x7FFFFFFFu, sign = u & 0x80000000u;
+  const std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  const std::uint32_t nan = (u | 0x00400000u) & 0xFFFF0000u;
+  return mag < 0x00800000u ? sign : (mag > 0x7F800000u ? nan : rounded);
+}
+
+#if XTPU_X86
+__attribute__((target("avx512f"))) inline void convert_avx512(const float* src, float* dst, std::size_t n) noexcept {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), min_normal = _mm512_set1_epi32(0x00800000),
+                inf = _mm512_set1_epi32(0x7F800000), half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1),
+                hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), quiet = _mm512_set1_epi32(0x00400000),
+                sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u)), odd_bit = _mm512_set1_epi32(0x00010000);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+    const __m512i mag = _mm512_and_si512(u, abs_mask);
+    // u + 0x7FFF + lsb, the lsb being bit 16 (a masked add: no shift intrinsic needed)
+    const __m512i up = _mm512_add_epi32(u, half);
+    __m512i r = _mm512_and_si512(_mm512_mask_add_epi32(up, _mm512_test_epi32_mask(u, odd_bit), up, one), hi);
+    r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(mag, inf), _mm512_and_si512(_mm512_or_si512(u, quiet), hi));
+    r = _mm512_mask_mov_epi32(r, _mm512_cmplt_epi32_mask(mag, min_normal), _mm512_and_si512(u, sign_mask));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(r));
+  }
+  for (; i < n; ++i) dst[i] = std::bit_cast<float>(mxu_bits(std::bit_cast<std::uint32_t>(src[i])));
+}
+#endif
+
+/// n operand values from (r, c) stepping (dr, dc), as the MXU sees them, into out.
+inline void gather(const matrix_view& v, std::size_t r, std::size_t c, std::size_t dr, std::size_t dc, std::size_t n,
+                   float* out) noexcept {
+  const std::size_t step = dr * v.rs + dc * v.cs, base = r * v.rs + c * v.cs;
+  if (!v.bf16) {
+    const float* src = static_cast<const float*>(v.data) + base;
+#if XTPU_X86
+    if (step == 1 && kernels::supported(isa::avx512)) return convert_avx512(src, out, n);
+#endif
+    for (std::size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(mxu_bits(std::bit_cast<std::uint32_t>(src[i * step])));
+  } else {
+    const std::uint16_t* src = static_cast<const std::uint16_t*>(v.data) + base;
+    for (std::size_t i = 0; i < n; ++i)
+      out[i] = std::bit_cast<float>(mxu_bits(std::uint32_t{src[i * step]} << 16));
+  }
+}
+
+// ---- packing -----------------------------------------------------------------------------
+//
+// A block rows [i0, i0+mc) x k [p0, p0+kc) -> panels of mr rows, [panel][slot][mr];
+// B block k [p0, p0+kc) x cols [j0, j0+nc) -> panels of nr cols, [panel][slot][nr].
+// f32 paths: one slot per k, in pair order. bf16-pair path: one slot per pair, element 2i in
+// the low half, 2i+1 in the high half (vdpbf16ps's layout); a missing odd element is -0 in A
+// and +0 in B, so its product is -0, an exact identity.
+
+/// One panel: `lanes` rows of A (or columns of B) over kc, read along k with stride (dk_r, dk_c)
+/// and across lanes with (dl_r, dl_c); pads lanes up to `width` with zeros.
+inline void pack_panel(const matrix_view& v, std::size_t r0, std::size_t c0, std::size_t dl_r, std::size_t dl_c,
+                       std::size_t dk_r, std::size_t dk_c, std::size_t lanes, std::size_t width, std::size_t kc,
+                       bool pairs, std::uint32_t pad_odd, void* out, std::vector<float>& tmp) noexcept {
+  const bool lanes_contiguous = dl_r * v.rs + dl_c * v.cs == 1;
+  tmp.resize(std::max(kc, width) * width);
+  // tmp[k][lane] = value, natural k order
+  if (lanes_contiguous) {
+    for (std::size_t k = 0; k < kc; ++k) {
+      gather(v, r0 + k * dk_r, c0 + k * dk_c, dl_r, dl_c, lanes, tmp.data() + k * width);
+      std::fill(tmp.data() + k * width + lanes, tmp.data() + (k + 1) * width, 0.0f);
+    }
+  } else {
+    thread_local std::vector<float> line;
+    line.resize(kc);
+    for (std::size_t l = 0; l < width; ++l) {
+      if (l < lanes) gather(v, r0 + l * dl_r, c0 + l * dl_c, dk_r, dk_c, kc, line.data());
+      for (std::size_t k = 0; k < kc; ++k) tmp[k * width + l] = l < lanes ? line[k] : 0.0f;
+    }
+  }
+  if (!pairs) {
+    float* o = static_cast<float*>(out);
+    for (std::size_t t = 0; t < kc; ++t) std::memcpy(o + t * width, tmp.data() + pair_order(t, kc) * width, width * sizeof(float));
+  } else {
+    std::uint32_t* o = static_cast<std::uint32_t*>(out);
+    for (std::size_t q = 0; q < (kc + 1) / 2; ++q)
+      for (std::size_t l = 0; l < width; ++l) {
+        const std::uint32_t even = std::bit_cast<std::uint32_t>(tmp[2 * q * width + l]) >> 16;
+        const std::uint32_t odd = 2 * q + 1 < kc ? std::bit_cast<std::uint32_t>(tmp[(2 * q + 1) * width + l]) >> 16
+                                                 : (l < lanes ? pad_odd : 0u);
+        o[q * width + l] = even | (odd << 16);
+      }
+  }
+}
+
+inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::size_t p0, std::size_t kc, std::size_t mr,
+                   bool pairs, float* out) noexcept {
+  thread_local std::vector<float> tmp;
+  const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
+  for (std::size_t ip = 0; ip < mc; ip += mr)
+    pack_panel(a, i0 + ip, p0, 1, 0, 0, 1, std::min(mr, mc - ip), mr, kc, pairs, 0x8000u, out + (ip / mr) * mr * slots, tmp);
+}
+inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::size_t j0, std::size_t nc, std::size_t nr,
+                   bool pairs, float* out) noexcept {
+  thread_local std::vector<float> tmp;
+  const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
+  for (std::size_t jp = 0; jp < nc; jp += nr)
+    pack_panel(b, p0, j0 + jp, 0, 1, 1, 0, std::min(nr, nc - jp), nr, kc, pairs, 0x0000u, out + (jp / nr) * nr * slots, tmp);
+}
+
+// ---- micro-kernels: c (mr x nr tile, row stride ldc) (+)= a panel x b panel -------------------
+
+/// Scalar: the explicit rule (fma, then flush) — no dependence on MXCSR or compile flags.
+inline void micro_scalar(std::size_t kc, const float* a, const float* b, float* c, std::size_t ldc, bool first) noexcept {
+  constexpr std::size_t MR = 4, NR = 4;
+  float acc[MR][NR];
+  for (std::size_t i = 0; i < MR; ++i)
+    for (std::size_t j = 0; j < NR; ++j) acc[i][j] = first ? 0.0f : c[i * ldc + j];
+  for (std::size_t t = 0; t < kc; ++t, a += MR, b += NR)
+    for (std::size_t i = 0; i < MR; ++i)
+      for (std::size_t j = 0; j < NR; ++j) acc[i][j] = xtpu::detail::ftz(std::fma(a[i], b[j], acc[i][j]));
+  for (std::size_t i = 0; i < MR; ++i)
+    for (std::size_t j = 0; j < NR; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+#if XTPU_X86
+__attribute__((target("avx2,fma"))) inline void micro_avx2(std::size_t kc, const float* a, const float* b, float* c,
+                                                          std::size_t ldc, bool first) noexcept {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  if (first) {
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  } else {
+    c00 = _mm256_loadu_ps(c + 0 * ldc), c01 = _mm256_loadu_ps(c + 0 * ldc + 8);
+    c10 = _mm256_loadu_ps(c + 1 * ldc), c11 = _mm256_loadu_ps(c + 1 * ldc + 8);
+    c20 = _mm256_loadu_ps(c + 2 * ldc), c21 = _mm256_loadu_ps(c + 2 * ldc + 8);
+    c30 = _mm256_loadu_ps(c + 3 * ldc), c31 = _mm256_loadu_ps(c + 3 * ldc + 8);
+    c40 = _mm256_loadu_ps(c + 4 * ldc), c41 = _mm256_loadu_ps(c + 4 * ldc + 8);
+    c50 = _mm256_loadu_ps(c + 5 * ldc), c51 = _mm256_loadu_ps(c + 5 * ldc + 8);
+  }
+  for (std::size_t t = 0; t < kc; ++t, a += 6, b += 16) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 x = _mm256_broadcast_ss(a + 0);
+    c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(a + 1);
+    c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(a + 2);
+    c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(a + 3);
+    c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(a + 4);
+    c40 = _mm256_fmadd_ps(x, b0, c40), c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(a + 5);
+    c50 = _mm256_fmadd_ps(x, b0, c50), c51 = _mm256_fmadd_ps(x, b1, c51);
+  }
+  _mm256_storeu_ps(c + 0 * ldc, c00), _mm256_storeu_ps(c + 0 * ldc + 8, c01);
+  _mm256_storeu_ps(c + 1 * ldc, c10), _mm256_storeu_ps(c + 1 * ldc + 8, c11);
+  _mm256_storeu_ps(c + 2 * ldc, c20), _mm256_storeu_ps(c + 2 * ldc + 8, c21);
+  _mm256_storeu_ps(c + 3 * ldc, c30), _mm256_storeu_ps(c + 3 * ldc + 8, c31);
+  _mm256_storeu_ps(c + 4 * ldc, c40), _mm256_storeu_ps(c + 4 * ldc + 8, c41);
+  _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
+}
+
+#define XTPU_MXU_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+__attribute__((target("avx512f"))) inline void micro_avx512(std::size_t kc, const float* a, const float* b, float* c,
+                                                           std::size_t ldc, bool first) noexcept {
+#define XTPU_DECL(i) __m512 c##i##0, c##i##1;
+  XTPU_MXU_ROWS(XTPU_DECL)
+#undef XTPU_DECL
+  if (first) {
+#define XTPU_ZERO(i) c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+    XTPU_MXU_ROWS(XTPU_ZERO)
+#undef XTPU_ZERO
+  } else {
+#define XTPU_LOAD(i) c##i##0 = _mm512_loadu_ps(c + (i) * ldc), c##i##1 = _mm512_loadu_ps(c + (i) * ldc + 16);
+    XTPU_MXU_ROWS(XTPU_LOAD)
+#undef XTPU_LOAD
+  }
+  for (std::size_t t = 0; t < kc; ++t, a += 12, b += 32) {
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#define XTPU_FMA(i)                                   \
+  {                                                   \
+    const __m512 x = _mm512_set1_ps(a[i]);            \
+    c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);        \
+    c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);        \
+  }
+    XTPU_MXU_ROWS(XTPU_FMA)
+#undef XTPU_FMA
+  }
+#define XTPU_STORE(i) _mm512_storeu_ps(c + (i) * ldc, c##i##0), _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);
+  XTPU_MXU_ROWS(XTPU_STORE)
+#undef XTPU_STORE
+}
+
+__attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::size_t pairs, const std::uint32_t* a,
+                                                                         const std::uint32_t* b, float* c,
+                                                                         std::size_t ldc, bool first) noexcept {
+#define XTPU_DECL(i) __m512 c##i##0, c##i##1;
+  XTPU_MXU_ROWS(XTPU_DECL)
+#undef XTPU_DECL
+  if (first) {
+#define XTPU_ZERO(i) c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+    XTPU_MXU_ROWS(XTPU_ZERO)
+#undef XTPU_ZERO
+  } else {
+#define XTPU_LOAD(i) c##i##0 = _mm512_loadu_ps(c + (i) * ldc), c##i##1 = _mm512_loadu_ps(c + (i) * ldc + 16);
+    XTPU_MXU_ROWS(XTPU_LOAD)
+#undef XTPU_LOAD
+  }
+  for (std::size_t q = 0; q < pairs; ++q, a += 12, b += 32) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+#define XTPU_DP(i)                                                        \
+  {                                                                       \
+    const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i])); \
+    c##i##0 = _mm512_dpbf16_ps(c##i##0, x, b0);                           \
+    c##i##1 = _mm512_dpbf16_ps(c##i##1, x, b1);                           \
+  }
+    XTPU_MXU_ROWS(XTPU_DP)
+#undef XTPU_DP
+  }
+#define XTPU_STORE(i) _mm512_storeu_ps(c + (i) * ldc, c##i##0), _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);
+  XTPU_MXU_ROWS(XTPU_STORE)
+#undef XTPU_STORE
+}
+#undef XTPU_MXU_ROWS
+
+/// MXCSR FTZ|DAZ for the scope of a SIMD pass (restored after).
+class flush_denormals {
+ public:
+  flush_denormals() noexcept : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
+  ~flush_denormals() { _mm_setcsr(saved_); }
+  flush_denormals(const flush_denormals&) = delete;
+  flush_denormals& operator=(const flush_denormals&) = delete;
+
+ private:
+  unsigned saved_;
+};
+#endif
+
+/// Runs the micro-kernel of `path` on one tile; partial tiles go through a local buffer.
+inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, const void* bp, float* c,
+                 std::size_t ldc, std::size_t mr, std::size_t nr, bool first) noexcept {
+  alignas(64) float local[12 * 32];
+  const bool full = mr == bk.mr && nr == bk.nr;
+  float* dst = full ? c : local;
+  const std::size_t ld = full ? ldc : bk.nr;
+  if (!full && !first)
+    for (std::size_t i = 0; i < mr; ++i) std::memcpy(local + i * bk.nr, c + i * ldc, nr * sizeof(float));
+  switch (path) {
+#if XTPU_X86
+    case isa::avx512bf16:
+      micro_avx512bf16((kc + 1) / 2, static_cast<const std::uint32_t*>(ap), static_cast<const std::uint32_t*>(bp), dst, ld, first);
+      break;
+    case isa::avx512:
+      micro_avx512(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
+      break;
+    case isa::avx2:
+      micro_avx2(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
+      break;
+#endif
+    default:
+      micro_scalar(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
+  }
+  if (!full)
+    for (std::size_t i = 0; i < mr; ++i) std::memcpy(c + i * ldc, local + i * bk.nr, nr * sizeof(float));
+}
+
+/// One thread's share: rows [m0, m1) x cols [n0, n1) of C, all of K, in k order.
+inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc,
+                        std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K) {
+  const blocking bk = blocking_for(path);
+  const bool pairs = path == isa::avx512bf16;
+  thread_local std::vector<float> abuf, bbuf;  // 4-byte slots: f32 values or bf16 pairs
+  const std::size_t kc_max = std::min(bk.kc, K + (K & 1));
+  abuf.resize(((bk.mc + bk.mr - 1) / bk.mr) * bk.mr * kc_max);
+  bbuf.resize(((std::min(bk.nc, n1 - n0) + bk.nr - 1) / bk.nr) * bk.nr * kc_max);
+#if XTPU_X86
+  std::optional<flush_denormals> ftz_daz;
+  if (path != isa::scalar) ftz_daz.emplace();
+#endif
+  for (std::size_t jc = n0; jc < n1; jc += bk.nc) {
+    const std::size_t nc = std::min(bk.nc, n1 - jc);
+    for (std::size_t pc = 0; pc < K; pc += bk.kc) {
+      const std::size_t kc = std::min(bk.kc, K - pc);
+      const std::size_t slots = pairs ? (kc + 1) / 2 : kc;  // 4-byte slots per row/col of a panel
+      pack_b(b, pc, kc, jc, nc, bk.nr, pairs, bbuf.data());
+      for (std::size_t ic = m0; ic < m1; ic += bk.mc) {
+        const std::size_t mc = std::min(bk.mc, m1 - ic);
+        pack_a(a, ic, mc, pc, kc, bk.mr, pairs, abuf.data());
+        for (std::size_t jr = 0; jr < nc; jr += bk.nr) {
+          const float* bp = bbuf.data() + (jr / bk.nr) * bk.nr * slots;
+          for (std::size_t ir = 0; ir < mc; ir += bk.mr) {
+            const float* ap = abuf.data() + (ir / bk.mr) * bk.mr * slots;
+            tile(path, bk, kc, ap, bp, c + (ic + ir) * ldc + jc + jr, ldc, std::min(bk.mr, mc - ir),
+                 std::min(bk.nr, nc - jr), pc == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+/// c (M, N) f32 with row stride ldc = a (M, K) x b (K, N): one bf16 pass, DESIGN.md §4,
+/// on `path` with up to `threads` threads. The bits do not depend on either.
+inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M, std::size_t N,
+                 std::size_t K, isa path, int threads) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (std::size_t i = 0; i < M; ++i) std::fill_n(c + i * ldc, N, 0.0f);
+    return;
+  }
+  const detail::blocking bk = detail::blocking_for(path);
+  // split the longer of M and N into whole micro-tiles; never split K
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  int t = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 2e6)));  // ~10 us of work each at least
+  const bool split_n = N / bk.nr >= M / bk.mr;
+  const std::size_t units = split_n ? (N + bk.nr - 1) / bk.nr : (M + bk.mr - 1) / bk.mr;
+  t = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(t, 1)), units));
+  kernels::detail::thread_pool::instance().run(t, [&](int i) {
+    const std::size_t u0 = units * static_cast<std::size_t>(i) / static_cast<std::size_t>(t),
+                      u1 = units * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(t);
+    if (split_n)
+      detail::pass_region(path, a, b, c, ldc, 0, M, u0 * bk.nr, std::min(N, u1 * bk.nr), K);
+    else
+      detail::pass_region(path, a, b, c, ldc, u0 * bk.mr, std::min(M, u1 * bk.mr), 0, N, K);
+  });
+}
+
+}  // namespace xtpu::mxu

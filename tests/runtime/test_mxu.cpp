@@ -1,0 +1,221 @@
+// The systolic emulator (kernels/mxu.hpp): every path and thread count bit-identical to the
+// scalar reference pass; precision levels against their scalar definitions (written here
+// from DESIGN.md §4) and against float64 within their bounds.
+#include "reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <random>
+
+using xtpu::isa;
+
+namespace {
+std::vector<isa> paths() {
+  std::vector<isa> r;
+  for (isa i : {isa::scalar, isa::avx2, isa::avx512, isa::avx512bf16})
+    if (xtpu::kernels::supported(i)) r.push_back(i);
+  return r;
+}
+
+std::vector<float> reference(const std::vector<float>& a, const std::vector<float>& b, std::size_t M, std::size_t N,
+                             std::size_t K) {
+  std::vector<float> am(a.size()), bm(b.size()), c(M * N);
+  for (std::size_t i = 0; i < a.size(); ++i) am[i] = xtpu::detail::mxu_operand(a[i]);
+  for (std::size_t i = 0; i < b.size(); ++i) bm[i] = xtpu::detail::mxu_operand(b[i]);
+  xtpu::detail::reference_pass(am.data(), bm.data(), c.data(), M, N, K);
+  return c;
+}
+
+void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i])) {
+      ADD_FAILURE() << what << ": element " << i << " is " << std::hex << std::bit_cast<std::uint32_t>(got[i])
+                    << ", the reference " << std::bit_cast<std::uint32_t>(want[i]);
+      return;
+    }
+}
+
+std::vector<float> random_matrix(std::size_t n, std::mt19937& rng, bool specials) {
+  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  if (specials && n > 4) {
+    v[rng() % n] = std::nanf("");
+    v[rng() % n] = std::numeric_limits<float>::infinity();
+    v[rng() % n] = 3e-39f;   // f32 denormal: read as zero
+    v[rng() % n] = 3e38f;    // overflow in the products' sum
+    v[rng() % n] = 0x1.0p-70f;
+  }
+  return v;
+}
+}  // namespace
+
+TEST(Mxu, EveryPathAndThreadCountIsBitIdenticalToTheReference) {
+  std::mt19937 rng(2026);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::size_t M = 1 + rng() % 50, N = 1 + rng() % 70, K = 1 + rng() % 300;
+    if (trial == 0) M = N = K = 1;
+    if (trial == 1) K = 1;
+    if (trial == 2) K = 513;  // odd, across a k block
+    const auto a = random_matrix(M * K, rng, trial % 3 == 0), b = random_matrix(K * N, rng, trial % 4 == 0);
+    const auto want = reference(a, b, M, N, K);
+    for (isa p : paths())
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> c(M * N, -7.0f);
+        xtpu::mxu::pass({a.data(), false, K, 1}, {b.data(), false, N, 1}, c.data(), N, M, N, K, p, threads);
+        expect_bits(c, want, std::string(xtpu::isa_name(p)) + " threads " + std::to_string(threads) + " M" +
+                                 std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K));
+      }
+  }
+}
+
+TEST(Mxu, TransposedAndBf16OperandsAreReadInPlace) {
+  std::mt19937 rng(7);
+  const std::size_t M = 37, N = 45, K = 67;
+  const auto a = random_matrix(M * K, rng, false), b = random_matrix(K * N, rng, false);
+  std::vector<float> at(K * M);  // a stored transposed: element (m, k) at k * M + m
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t k = 0; k < K; ++k) at[k * M + m] = a[m * K + k];
+  std::vector<std::uint16_t> bb(K * N);
+  std::vector<float> bw(K * N);
+  for (std::size_t i = 0; i < K * N; ++i) {
+    bb[i] = xtpu::bf16(b[i]).bits();
+    bw[i] = float(xtpu::bf16::from_bits(bb[i]));
+  }
+  const auto want = reference(a, bw, M, N, K);
+  for (isa p : paths()) {
+    std::vector<float> c(M * N);
+    xtpu::mxu::pass({at.data(), false, 1, M}, {bb.data(), true, N, 1}, c.data(), N, M, N, K, p, 2);
+    expect_bits(c, want, std::string(xtpu::isa_name(p)));
+  }
+}
+
+TEST(Mxu, SignedZeroAndOddKPadding) {
+  // acc flushes to -0 from a negative denormal; an odd K's missing element must not turn it into +0
+  const std::size_t M = 1, N = 1, K = 3;
+  // order t1, t0, t2: t1 = -2^-130 flushes to -0; t0 = t2 = -0 keep it -0
+  const std::vector<float> a{0.0f, -0x1.0p-65f, 0.0f}, b{-1.0f, 0x1.0p-65f, -1.0f};
+  const auto want = reference(a, b, M, N, K);
+  for (isa p : paths()) {
+    std::vector<float> c(1);
+    xtpu::mxu::pass({a.data(), false, K, 1}, {b.data(), false, N, 1}, c.data(), N, M, N, K, p, 1);
+    expect_bits(c, want, std::string(xtpu::isa_name(p)));
+  }
+  EXPECT_EQ(std::bit_cast<std::uint32_t>(want[0]), 0x80000000u);
+}
+
+namespace {
+// DESIGN.md §4's split, written out independently of mxu::split
+struct parts {
+  std::vector<float> hi, mid, lo;
+};
+parts split_spec(const std::vector<float>& x, bool highest) {
+  parts p{std::vector<float>(x.size()), std::vector<float>(x.size()), std::vector<float>(x.size())};
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float xf = std::fabs(x[i]) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x[i]) : x[i];
+    p.hi[i] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(xf) & 0xFFFF0000u);
+    const float rest = xf - p.hi[i];
+    p.mid[i] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(rest) & 0xFFFF0000u);
+    p.lo[i] = float(xtpu::bf16(highest ? rest - p.mid[i] : rest));
+  }
+  return p;
+}
+std::vector<float> dot(const std::vector<float>& a, const std::vector<float>& b, std::size_t M, std::size_t N,
+                       std::size_t K) {
+  return reference(a, b, M, N, K);
+}
+float ftz(float x) { return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.0f, x) : x; }
+void add(std::vector<float>& r, const std::vector<float>& s) {
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = ftz(r[i] + s[i]);
+}
+void nan_to_zero(std::vector<float>& r) {
+  for (auto& v : r)
+    if (std::isnan(v)) v = 0.0f;
+}
+}  // namespace
+
+TEST(Mxu, PrecisionLevelsMatchTheirDefinitionsAndBounds) {
+  std::mt19937 rng(11);
+  const std::size_t M = 9, N = 13, K = 101;
+  auto a = random_matrix(M * K, rng, false), b = random_matrix(K * N, rng, false);
+  a[5] = std::numeric_limits<float>::infinity();  // HIGH/HIGHEST keep inf (NaN -> 0 before hi x hi)
+  auto ta = xtpu_test::device<float, M, K>(a);
+  auto tb = xtpu_test::device<float, K, N>(b);
+  xtpu::tensor<float, M, N> d = xtpu::matmul(ta, tb);
+  xtpu::tensor<float, M, N> h = xtpu::matmul<xtpu::precision::high>(ta, tb);
+  xtpu::tensor<float, M, N> x = xtpu::matmul<xtpu::precision::highest>(ta, tb);
+  const auto hd = d.to_host(), hh = h.to_host(), hx = x.to_host();
+
+  const auto pa = split_spec(a, false), pb = split_spec(b, false);
+  auto want_h = dot(pa.lo, pb.hi, M, N, K);
+  add(want_h, dot(pa.hi, pb.lo, M, N, K));
+  nan_to_zero(want_h);
+  add(want_h, dot(pa.hi, pb.hi, M, N, K));
+  const auto qa = split_spec(a, true), qb = split_spec(b, true);
+  auto want_x = dot(qa.mid, qb.mid, M, N, K);
+  add(want_x, dot(qa.hi, qb.lo, M, N, K));
+  add(want_x, dot(qa.lo, qb.hi, M, N, K));
+  add(want_x, dot(qa.hi, qb.mid, M, N, K));
+  add(want_x, dot(qa.mid, qb.hi, M, N, K));
+  nan_to_zero(want_x);
+  add(want_x, dot(qa.hi, qb.hi, M, N, K));
+  expect_bits(std::vector<float>(hh.begin(), hh.end()), want_h, "high");
+  expect_bits(std::vector<float>(hx.begin(), hx.end()), want_x, "highest");
+
+  // against float64 (rows without the inf): each level within its bound, and each better
+  double err[3] = {0, 0, 0};
+  for (std::size_t m = 1; m < M; ++m)
+    for (std::size_t n = 0; n < N; ++n) {
+      double exact = 0, scale = 0;
+      for (std::size_t k = 0; k < K; ++k) {
+        exact += double(a[m * K + k]) * b[k * N + n];
+        scale += std::fabs(double(a[m * K + k]) * b[k * N + n]);
+      }
+      const float got[3] = {hd(m, n), hh(m, n), hx(m, n)};
+      for (int l = 0; l < 3; ++l) err[l] = std::max(err[l], std::fabs(got[l] - exact) / scale);
+    }
+  EXPECT_LT(err[0], 0x1.0p-8);              // bf16 operands: ~2^-9 relative per product
+  EXPECT_LT(err[1], 0x1.0p-15);             // bf16_3x
+  EXPECT_LT(err[2], K * 0x1.0p-24 + 1e-9);  // bf16_6x: f32 accumulation is the limit
+  EXPECT_LT(err[1], err[0]);
+  EXPECT_LE(err[2], err[1]);
+  EXPECT_TRUE(std::isinf(hh(0, 0)) || std::isnan(hd(0, 0)) || std::isinf(hd(0, 0)));
+  EXPECT_NE(xtpu::fingerprint(xtpu::matmul(ta, tb)), xtpu::fingerprint(xtpu::matmul<xtpu::precision::high>(ta, tb)));
+}
+
+TEST(Mxu, ForcingAPathTheCpuLacksIsAnError) {
+  const isa saved = xtpu::kernels::active_isa();
+  for (isa p : {isa::scalar, isa::avx2, isa::avx512, isa::avx512bf16}) {
+    if (xtpu::kernels::supported(p)) {
+      EXPECT_NO_THROW(xtpu::kernels::set_isa(p));
+    } else {
+      EXPECT_THROW(xtpu::kernels::set_isa(p), xtpu::error);
+    }
+  }
+  xtpu::kernels::set_isa(saved);
+}
+
+TEST(Mxu, TensorMatmulIsTheSameOnEveryPath) {
+  const auto av = xtpu_test::values(64 * 96, 3), bv = xtpu_test::values(96 * 80, 4);
+  auto a = xtpu_test::device<float, 64, 96>(av);
+  auto b = xtpu_test::device<xtpu::bf16, 96, 80>(bv);
+  const isa saved = xtpu::kernels::active_isa();
+  const int threads = xtpu::kernels::num_threads();
+  std::vector<std::uint32_t> first;
+  for (isa p : paths())
+    for (int t : {1, 2, 3}) {
+      xtpu::kernels::set_isa(p);
+      xtpu::kernels::set_num_threads(t);
+      xtpu::tensor<float, 80, 64> c = xtpu::transpose(xtpu::matmul(xtpu::relu(a), b));
+      const auto h = c.to_host();
+      std::vector<std::uint32_t> bits(h.size());
+      for (std::size_t i = 0; i < h.size(); ++i) bits[i] = std::bit_cast<std::uint32_t>(h.data()[i]);
+      if (first.empty()) first = bits;
+      EXPECT_EQ(bits, first) << xtpu::isa_name(p) << " threads " << t;
+    }
+  xtpu::kernels::set_isa(saved);
+  xtpu::kernels::set_num_threads(threads);
+}
