@@ -87,100 +87,145 @@ constexpr std::uint32_t mxu_bits(std::uint32_t u) noexcept {
 }
 
 #if XTPU_X86
-__attribute__((target("avx512f"))) inline void convert_avx512(const float* src, float* dst, std::size_t n) noexcept {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), min_normal = _mm512_set1_epi32(0x00800000),
-                inf = _mm512_set1_epi32(0x7F800000), half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1),
-                hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), quiet = _mm512_set1_epi32(0x00400000),
-                sign_mask = _mm512_set1_epi32(static_cast<int>(0x80000000u)), odd_bit = _mm512_set1_epi32(0x00010000);
+/// 16 source values (f32, or bf16 widened) -> the MXU's f32 values (mxu_bits, 16 lanes).
+__attribute__((target("avx512f"))) inline __m512i mxu_bits16(__m512i u) noexcept {
+  const __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m512i up = _mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF));  // + lsb below: a masked add
+  __m512i r = _mm512_and_si512(
+      _mm512_mask_add_epi32(up, _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x00010000)), up, _mm512_set1_epi32(1)), hi);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(mag, _mm512_set1_epi32(0x7F800000)),
+                            _mm512_and_si512(_mm512_or_si512(u, _mm512_set1_epi32(0x00400000)), hi));
+  return _mm512_mask_mov_epi32(r, _mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(0x00800000)),
+                               _mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0x80000000u))));
+}
+/// n contiguous values from src (f32 or bf16) -> dst, converted; swap: in pair order.
+__attribute__((target("avx512f"))) inline void convert_run_avx512(const void* src, bool bf16, std::size_t n, bool swap,
+                                                                 float* dst) noexcept {
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-    const __m512i mag = _mm512_and_si512(u, abs_mask);
-    // u + 0x7FFF + lsb, the lsb being bit 16 (a masked add: no shift intrinsic needed)
-    const __m512i up = _mm512_add_epi32(u, half);
-    __m512i r = _mm512_and_si512(_mm512_mask_add_epi32(up, _mm512_test_epi32_mask(u, odd_bit), up, one), hi);
-    r = _mm512_mask_mov_epi32(r, _mm512_cmpgt_epi32_mask(mag, inf), _mm512_and_si512(_mm512_or_si512(u, quiet), hi));
-    r = _mm512_mask_mov_epi32(r, _mm512_cmplt_epi32_mask(mag, min_normal), _mm512_and_si512(u, sign_mask));
-    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(r));
+    const __m512i u = bf16 ? _mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF),
+                                                     _mm512_maskz_cvtepu16_epi32(static_cast<__mmask16>(0xFFFF),
+                                                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(src) + i))),
+                                                     16)
+                           : _mm512_loadu_si512(static_cast<const float*>(src) + i);
+    __m512 v = _mm512_castsi512_ps(mxu_bits16(u));
+    if (swap) v = _mm512_maskz_permute_ps(static_cast<__mmask16>(0xFFFF), v, 0xB1);  // 1,0,3,2,...
+    _mm512_storeu_ps(dst + i, v);
   }
-  for (; i < n; ++i) dst[i] = std::bit_cast<float>(mxu_bits(std::bit_cast<std::uint32_t>(src[i])));
+  for (; i < n; ++i) {
+    const std::size_t j = swap ? pair_order(i, n) : i;
+    const std::uint32_t u = bf16 ? std::uint32_t{static_cast<const std::uint16_t*>(src)[j]} << 16
+                                 : std::bit_cast<std::uint32_t>(static_cast<const float*>(src)[j]);
+    dst[i] = std::bit_cast<float>(mxu_bits(u));
+  }
 }
 #endif
 
-/// n operand values from (r, c) stepping (dr, dc), as the MXU sees them, into out.
-inline void gather(const matrix_view& v, std::size_t r, std::size_t c, std::size_t dr, std::size_t dc, std::size_t n,
-                   float* out) noexcept {
-  const std::size_t step = dr * v.rs + dc * v.cs, base = r * v.rs + c * v.cs;
-  if (!v.bf16) {
-    const float* src = static_cast<const float*>(v.data) + base;
+/// n operand values starting at element `base`, `step` apart -> dst as the MXU sees them;
+/// swap: stored in pair order (dst[t] holds element pair_order(t, n)).
+inline void convert_run(const matrix_view& v, std::size_t base, std::size_t step, std::size_t n, bool swap,
+                        float* dst) noexcept {
 #if XTPU_X86
-    if (step == 1 && kernels::supported(isa::avx512)) return convert_avx512(src, out, n);
-#endif
-    for (std::size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(mxu_bits(std::bit_cast<std::uint32_t>(src[i * step])));
-  } else {
-    const std::uint16_t* src = static_cast<const std::uint16_t*>(v.data) + base;
-    for (std::size_t i = 0; i < n; ++i)
-      out[i] = std::bit_cast<float>(mxu_bits(std::uint32_t{src[i * step]} << 16));
+  if (step == 1 && kernels::supported(isa::avx512)) {
+    const void* src = v.bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(v.data) + base)
+                             : static_cast<const void*>(static_cast<const float*>(v.data) + base);
+    return convert_run_avx512(src, v.bf16, n, swap, dst);
   }
+#endif
+  for (std::size_t t = 0; t < n; ++t) {
+    const std::size_t i = base + (swap ? pair_order(t, n) : t) * step;
+    const std::uint32_t u = v.bf16 ? std::uint32_t{static_cast<const std::uint16_t*>(v.data)[i]} << 16
+                                   : std::bit_cast<std::uint32_t>(static_cast<const float*>(v.data)[i]);
+    dst[t] = std::bit_cast<float>(mxu_bits(u));
+  }
+}
+
+/// bf16 pairs from two runs of converted values: low half from `even`, high half from `odd`.
+inline void make_pairs(const float* even, const float* odd, std::size_t n, std::uint32_t* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = (std::bit_cast<std::uint32_t>(even[i]) >> 16) | (std::bit_cast<std::uint32_t>(odd[i]) & 0xFFFF0000u);
 }
 
 // ---- packing -----------------------------------------------------------------------------
 //
-// A block rows [i0, i0+mc) x k [p0, p0+kc) -> panels of mr rows, [panel][slot][mr];
-// B block k [p0, p0+kc) x cols [j0, j0+nc) -> panels of nr cols, [panel][slot][nr].
+// A block rows [i0, i0+mc) x k [p0, p0+kc) -> panels of mr rows, each row-major [mr][slots];
+// B block k [p0, p0+kc) x cols [j0, j0+nc) -> panels of nr cols, [slots][nr].
 // f32 paths: one slot per k, in pair order. bf16-pair path: one slot per pair, element 2i in
 // the low half, 2i+1 in the high half (vdpbf16ps's layout); a missing odd element is -0 in A
-// and +0 in B, so its product is -0, an exact identity.
-
-/// One panel: `lanes` rows of A (or columns of B) over kc, read along k with stride (dk_r, dk_c)
-/// and across lanes with (dl_r, dl_c); pads lanes up to `width` with zeros.
-inline void pack_panel(const matrix_view& v, std::size_t r0, std::size_t c0, std::size_t dl_r, std::size_t dl_c,
-                       std::size_t dk_r, std::size_t dk_c, std::size_t lanes, std::size_t width, std::size_t kc,
-                       bool pairs, std::uint32_t pad_odd, void* out, std::vector<float>& tmp) noexcept {
-  const bool lanes_contiguous = dl_r * v.rs + dl_c * v.cs == 1;
-  tmp.resize(std::max(kc, width) * width);
-  // tmp[k][lane] = value, natural k order
-  if (lanes_contiguous) {
-    for (std::size_t k = 0; k < kc; ++k) {
-      gather(v, r0 + k * dk_r, c0 + k * dk_c, dl_r, dl_c, lanes, tmp.data() + k * width);
-      std::fill(tmp.data() + k * width + lanes, tmp.data() + (k + 1) * width, 0.0f);
-    }
-  } else {
-    thread_local std::vector<float> line;
-    line.resize(kc);
-    for (std::size_t l = 0; l < width; ++l) {
-      if (l < lanes) gather(v, r0 + l * dl_r, c0 + l * dl_c, dk_r, dk_c, kc, line.data());
-      for (std::size_t k = 0; k < kc; ++k) tmp[k * width + l] = l < lanes ? line[k] : 0.0f;
-    }
-  }
-  if (!pairs) {
-    float* o = static_cast<float*>(out);
-    for (std::size_t t = 0; t < kc; ++t) std::memcpy(o + t * width, tmp.data() + pair_order(t, kc) * width, width * sizeof(float));
-  } else {
-    std::uint32_t* o = static_cast<std::uint32_t*>(out);
-    for (std::size_t q = 0; q < (kc + 1) / 2; ++q)
-      for (std::size_t l = 0; l < width; ++l) {
-        const std::uint32_t even = std::bit_cast<std::uint32_t>(tmp[2 * q * width + l]) >> 16;
-        const std::uint32_t odd = 2 * q + 1 < kc ? std::bit_cast<std::uint32_t>(tmp[(2 * q + 1) * width + l]) >> 16
-                                                 : (l < lanes ? pad_odd : 0u);
-        o[q * width + l] = even | (odd << 16);
-      }
-  }
-}
+// and +0 in B, so its product is -0, an exact identity. Padding lanes are zeros.
 
 inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::size_t p0, std::size_t kc, std::size_t mr,
                    bool pairs, float* out) noexcept {
-  thread_local std::vector<float> tmp;
+  thread_local std::vector<float> line, odd;
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
-  for (std::size_t ip = 0; ip < mc; ip += mr)
-    pack_panel(a, i0 + ip, p0, 1, 0, 0, 1, std::min(mr, mc - ip), mr, kc, pairs, 0x8000u, out + (ip / mr) * mr * slots, tmp);
+  line.resize(kc + 1);
+  odd.resize(slots);
+  for (std::size_t ip = 0; ip < mc; ip += mr) {
+    float* panel = out + (ip / mr) * mr * slots;
+    for (std::size_t r = 0; r < mr; ++r) {
+      float* row = panel + r * slots;
+      if (ip + r >= mc) {
+        std::fill_n(row, slots, 0.0f);
+        continue;
+      }
+      const std::size_t base = (i0 + ip + r) * a.rs + p0 * a.cs;
+      if (!pairs) {
+        convert_run(a, base, a.cs, kc, /*swap*/ true, row);
+      } else {
+        convert_run(a, base, a.cs, kc, false, line.data());
+        if (kc & 1) line[kc] = std::bit_cast<float>(0x80000000u);  // -0: the missing odd element
+        for (std::size_t q = 0; q < slots; ++q) odd[q] = line[2 * q + 1];
+        for (std::size_t q = 0; q < slots; ++q) line[q] = line[2 * q];
+        make_pairs(line.data(), odd.data(), slots, reinterpret_cast<std::uint32_t*>(row));
+      }
+    }
+  }
 }
+
 inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::size_t j0, std::size_t nc, std::size_t nr,
                    bool pairs, float* out) noexcept {
-  thread_local std::vector<float> tmp;
+  thread_local std::vector<float> row0, row1, line;
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
-  for (std::size_t jp = 0; jp < nc; jp += nr)
-    pack_panel(b, p0, j0 + jp, 0, 1, 1, 0, std::min(nr, nc - jp), nr, kc, pairs, 0x0000u, out + (jp / nr) * nr * slots, tmp);
+  row0.resize(nr);
+  row1.resize(nr);
+  for (std::size_t jp = 0; jp < nc; jp += nr) {
+    const std::size_t cols = std::min(nr, nc - jp);
+    float* panel = out + (jp / nr) * nr * slots;
+    if (b.cs == 1 || cols == 1) {  // rows of B are contiguous: convert them straight in
+      for (std::size_t t = 0; t < slots; ++t) {
+        float* dst = panel + t * nr;
+        if (!pairs) {
+          convert_run(b, (p0 + pair_order(t, kc)) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, dst);
+        } else {
+          convert_run(b, (p0 + 2 * t) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, row0.data());
+          if (2 * t + 1 < kc) convert_run(b, (p0 + 2 * t + 1) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, row1.data());
+          else std::fill_n(row1.data(), cols, 0.0f);  // +0: the missing odd element
+          make_pairs(row0.data(), row1.data(), cols, reinterpret_cast<std::uint32_t*>(dst));
+        }
+        std::fill(dst + cols, dst + nr, 0.0f);
+      }
+    } else {  // columns are contiguous (a transposed tensor): convert columns, scatter
+      line.resize(kc + 1);
+      for (std::size_t c = 0; c < nr; ++c) {
+        if (c >= cols) {
+          for (std::size_t t = 0; t < slots; ++t) panel[t * nr + c] = 0.0f;
+          continue;
+        }
+        const std::size_t base = p0 * b.rs + (j0 + jp + c) * b.cs;
+        convert_run(b, base, b.rs, kc, !pairs, line.data());
+        if (!pairs) {
+          for (std::size_t t = 0; t < kc; ++t) panel[t * nr + c] = line[t];
+        } else {
+          if (kc & 1) line[kc] = 0.0f;
+          auto* o = reinterpret_cast<std::uint32_t*>(panel);
+          for (std::size_t q = 0; q < slots; ++q)
+            o[q * nr + c] = (std::bit_cast<std::uint32_t>(line[2 * q]) >> 16) |
+                            (std::bit_cast<std::uint32_t>(line[2 * q + 1]) & 0xFFFF0000u);
+        }
+      }
+    }
+  }
 }
 
 // ---- micro-kernels: c (mr x nr tile, row stride ldc) (+)= a panel x b panel -------------------
@@ -191,9 +236,9 @@ inline void micro_scalar(std::size_t kc, const float* a, const float* b, float* 
   float acc[MR][NR];
   for (std::size_t i = 0; i < MR; ++i)
     for (std::size_t j = 0; j < NR; ++j) acc[i][j] = first ? 0.0f : c[i * ldc + j];
-  for (std::size_t t = 0; t < kc; ++t, a += MR, b += NR)
+  for (std::size_t t = 0; t < kc; ++t, b += NR)
     for (std::size_t i = 0; i < MR; ++i)
-      for (std::size_t j = 0; j < NR; ++j) acc[i][j] = xtpu::detail::ftz(std::fma(a[i], b[j], acc[i][j]));
+      for (std::size_t j = 0; j < NR; ++j) acc[i][j] = xtpu::detail::ftz(std::fma(a[i * kc + t], b[j], acc[i][j]));
   for (std::size_t i = 0; i < MR; ++i)
     for (std::size_t j = 0; j < NR; ++j) c[i * ldc + j] = acc[i][j];
 }
@@ -212,19 +257,20 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2(std::size_t kc, const
     c40 = _mm256_loadu_ps(c + 4 * ldc), c41 = _mm256_loadu_ps(c + 4 * ldc + 8);
     c50 = _mm256_loadu_ps(c + 5 * ldc), c51 = _mm256_loadu_ps(c + 5 * ldc + 8);
   }
-  for (std::size_t t = 0; t < kc; ++t, a += 6, b += 16) {
+  const float *a0 = a, *a1 = a + kc, *a2 = a + 2 * kc, *a3 = a + 3 * kc, *a4 = a + 4 * kc, *a5 = a + 5 * kc;
+  for (std::size_t t = 0; t < kc; ++t, b += 16) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-    __m256 x = _mm256_broadcast_ss(a + 0);
+    __m256 x = _mm256_broadcast_ss(a0 + t);
     c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
-    x = _mm256_broadcast_ss(a + 1);
+    x = _mm256_broadcast_ss(a1 + t);
     c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
-    x = _mm256_broadcast_ss(a + 2);
+    x = _mm256_broadcast_ss(a2 + t);
     c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
-    x = _mm256_broadcast_ss(a + 3);
+    x = _mm256_broadcast_ss(a3 + t);
     c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
-    x = _mm256_broadcast_ss(a + 4);
+    x = _mm256_broadcast_ss(a4 + t);
     c40 = _mm256_fmadd_ps(x, b0, c40), c41 = _mm256_fmadd_ps(x, b1, c41);
-    x = _mm256_broadcast_ss(a + 5);
+    x = _mm256_broadcast_ss(a5 + t);
     c50 = _mm256_fmadd_ps(x, b0, c50), c51 = _mm256_fmadd_ps(x, b1, c51);
   }
   _mm256_storeu_ps(c + 0 * ldc, c00), _mm256_storeu_ps(c + 0 * ldc + 8, c01);
@@ -251,11 +297,11 @@ __attribute__((target("avx512f"))) inline void micro_avx512(std::size_t kc, cons
     XTPU_MXU_ROWS(XTPU_LOAD)
 #undef XTPU_LOAD
   }
-  for (std::size_t t = 0; t < kc; ++t, a += 12, b += 32) {
+  for (std::size_t t = 0; t < kc; ++t, b += 32) {
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #define XTPU_FMA(i)                                   \
   {                                                   \
-    const __m512 x = _mm512_set1_ps(a[i]);            \
+    const __m512 x = _mm512_set1_ps(a[(i) * kc + t]); \
     c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);        \
     c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);        \
   }
@@ -282,11 +328,11 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::
     XTPU_MXU_ROWS(XTPU_LOAD)
 #undef XTPU_LOAD
   }
-  for (std::size_t q = 0; q < pairs; ++q, a += 12, b += 32) {
+  for (std::size_t q = 0; q < pairs; ++q, b += 32) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
-#define XTPU_DP(i)                                                        \
-  {                                                                       \
-    const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i])); \
+#define XTPU_DP(i)                                                                 \
+  {                                                                                \
+    const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[(i) * pairs + q])); \
     c##i##0 = _mm512_dpbf16_ps(c##i##0, x, b0);                           \
     c##i##1 = _mm512_dpbf16_ps(c##i##1, x, b1);                           \
   }
