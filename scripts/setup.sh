@@ -7,6 +7,8 @@ packages=(
   g++ clang cmake ninja-build ccache pkg-config   # toolchains (g++ 12, clang++ 14)
   libxtensor-dev libxsimd-dev libboost-dev          # the library's own dependencies
   libgtest-dev libbenchmark-dev                     # tests and benchmarks
+  libdnnl-dev libopenblas-dev libeigen3-dev          # the peers benchmarks/bench_matmul runs next to xtpu
+  "$@"                                              # extra packages a caller asks for
 )
 
 missing=()

@@ -17,6 +17,7 @@
 #include "xtpu/expr/ops.hpp"
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/kernels/cpu.hpp"
+#include "xtpu/kernels/cycle_model.hpp"
 #include "xtpu/kernels/matmul.hpp"
 #include "xtpu/kernels/mxu.hpp"
 #include "xtpu/kernels/reference.hpp"

@@ -220,3 +220,20 @@ TEST_F(Lazy, NormalIsDeterministicAndRoughlyStandard) {
   EXPECT_NEAR(s / 4096, 0.0, 0.05);
   EXPECT_NEAR(s2 / 4096, 1.0, 0.08);
 }
+
+TEST_F(Lazy, MxuCyclesAndUtilizationAreCountedPerStep) {
+  auto x = device<float, 128, 256>(values(128 * 256, 15));
+  auto w = device<float, 256, 128>(values(256 * 128, 16));
+  for (int i = 0; i < 3; ++i) {
+    xtpu::tensor<float, 128, 128> h = xtpu::matmul(x, w);
+    xtpu::mark_step();
+  }
+  const auto& g = xtpu::device::current().spec();
+  const auto per_step = xtpu::mxu::estimate(128, 256, 128, 1, 1, g);
+  EXPECT_EQ(count("MxuCycles"), 3 * static_cast<std::int64_t>(per_step.cycles));
+  const auto u = metrics::metric("MxuUtilization");
+  ASSERT_TRUE(u.has_value());
+  EXPECT_EQ(u->total_samples, 3);
+  EXPECT_NEAR(u->samples[0], 100.0 * per_step.utilization(), 1e-9);
+  EXPECT_NE(metrics::report().find("Metric: MxuUtilization"), std::string::npos);
+}

@@ -12,6 +12,7 @@
 // A bf16 result is rounded once, at the end.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <type_traits>
@@ -36,6 +37,50 @@ inline split_parts split(float x, precision p) noexcept {
   return {hi, mid, lo};
 }
 
+/// split() over n values into three arrays (AVX-512 where the CPU has it: 16 at a time).
+inline void split_all(const float* x, float* hi, float* mid, float* lo, std::size_t n, precision p) noexcept;
+
+#if XTPU_X86
+__attribute__((target("avx512f"))) inline void split_avx512(const float* x, float* hi, float* mid, float* lo,
+                                                           std::size_t n, bool highest) noexcept {
+  const __m512i top = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), mag = _mm512_set1_epi32(0x7FFFFFFF),
+                sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), min_normal = _mm512_set1_epi32(0x00800000),
+                inf = _mm512_set1_epi32(0x7F800000), half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1),
+                bit16 = _mm512_set1_epi32(0x00010000), quiet = _mm512_set1_epi32(0x00400000);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i u = _mm512_loadu_si512(x + i);
+    u = _mm512_mask_mov_epi32(u, _mm512_cmplt_epi32_mask(_mm512_and_si512(u, mag), min_normal), _mm512_and_si512(u, sign));
+    const __m512i h = _mm512_and_si512(u, top);
+    const __m512 rest = _mm512_sub_ps(_mm512_castsi512_ps(u), _mm512_castsi512_ps(h));
+    const __m512i m = _mm512_and_si512(_mm512_castps_si512(rest), top);
+    const __m512i r = _mm512_castps_si512(highest ? _mm512_sub_ps(rest, _mm512_castsi512_ps(m)) : rest);
+    // bf16 RNE of r, widened (NaN: quiet, payload top bits kept)
+    const __m512i up = _mm512_add_epi32(r, half);
+    __m512i l = _mm512_and_si512(_mm512_mask_add_epi32(up, _mm512_test_epi32_mask(r, bit16), up, one), top);
+    l = _mm512_mask_mov_epi32(l, _mm512_cmpgt_epi32_mask(_mm512_and_si512(r, mag), inf),
+                              _mm512_and_si512(_mm512_or_si512(r, quiet), top));
+    _mm512_storeu_si512(hi + i, h);
+    _mm512_storeu_si512(mid + i, m);
+    _mm512_storeu_si512(lo + i, l);
+  }
+  for (; i < n; ++i) {
+    const auto s = split(x[i], highest ? precision::highest : precision::high);
+    hi[i] = s.hi, mid[i] = s.mid, lo[i] = s.lo;
+  }
+}
+#endif
+
+inline void split_all(const float* x, float* hi, float* mid, float* lo, std::size_t n, precision p) noexcept {
+#if XTPU_X86
+  if (kernels::supported(isa::avx512)) return split_avx512(x, hi, mid, lo, n, p == precision::highest);
+#endif
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto s = split(x[i], p);
+    hi[i] = s.hi, mid[i] = s.mid, lo[i] = s.lo;
+  }
+}
+
 /// r = ftz(r + s) elementwise; with nan_to_zero, NaNs in r become 0 first.
 inline void accumulate(float* r, const float* s, std::size_t n, bool nan_to_zero = false) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
@@ -53,15 +98,13 @@ inline void zero_nans(float* r, std::size_t n) noexcept {
 /// split operands. Used for HIGH and HIGHEST; DEFAULT calls pass() directly.
 inline void multi_pass(precision p, const float* a, const float* b, float* c, std::size_t M, std::size_t N,
                        std::size_t K, isa path, int threads) {
-  std::vector<float> ah(M * K), am(M * K), al(M * K), bh(K * N), bm(K * N), bl(K * N), t(M * N);
-  for (std::size_t i = 0; i < M * K; ++i) {
-    const auto s = split(a[i], p);
-    ah[i] = s.hi, am[i] = s.mid, al[i] = s.lo;
-  }
-  for (std::size_t i = 0; i < K * N; ++i) {
-    const auto s = split(b[i], p);
-    bh[i] = s.hi, bm[i] = s.mid, bl[i] = s.lo;
-  }
+  // scratch kept per thread: a step's matmuls reuse it instead of allocating (and zeroing) it
+  thread_local std::vector<float> ah, am, al, bh, bm, bl, t;
+  for (auto* v : {&ah, &am, &al}) v->resize(std::max(v->size(), M * K));
+  for (auto* v : {&bh, &bm, &bl}) v->resize(std::max(v->size(), K * N));
+  t.resize(std::max(t.size(), M * N));
+  split_all(a, ah.data(), am.data(), al.data(), M * K, p);
+  split_all(b, bh.data(), bm.data(), bl.data(), K * N, p);
   auto dot = [&](const std::vector<float>& x, const std::vector<float>& y, float* out) {
     pass({x.data(), false, K, 1}, {y.data(), false, N, 1}, out, N, M, N, K, path, threads);
   };

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "xtpu/expr/node.hpp"
+#include "xtpu/kernels/cycle_model.hpp"
 #include "xtpu/kernels/matmul.hpp"
 
 namespace xtpu::detail {
@@ -24,6 +25,7 @@ struct kernel_desc {
   void (*run)(const bound&, void* dst);
   std::uint32_t leaf_begin, leaf_end, scalar_begin, scalar_end, temp_begin, temp_end;
   std::uint64_t bytes;  // of its output
+  std::uint64_t mm_m = 0, mm_k = 0, mm_n = 0, mm_batch = 0, mm_passes = 0;  // a matmul's dims (cycle model)
 };
 
 template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
@@ -49,9 +51,14 @@ constexpr std::array<kernel_desc, A + B> concat(const std::array<kernel_desc, A>
 
 template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
 constexpr kernel_desc describe(void (*run)(const bound&, void*)) {
-  return {N::fingerprint, run, LB, LB + N::n_leaves, SB, SB + N::n_scalars,
-          TB, TB + N::n_temps - (N::materialized ? 1 : 0),
-          N::shape_type::size * sizeof(typename N::value_type)};
+  kernel_desc d{N::fingerprint, run, LB, LB + N::n_leaves, SB, SB + N::n_scalars,
+                TB, TB + N::n_temps - (N::materialized ? 1 : 0),
+                N::shape_type::size * sizeof(typename N::value_type)};
+  if constexpr (mxu::detail::matmul_info<N>::is) {
+    using I = mxu::detail::matmul_info<N>;
+    d.mm_m = I::M, d.mm_k = I::K, d.mm_n = I::N, d.mm_batch = I::batch, d.mm_passes = I::passes;
+  }
+  return d;
 }
 
 template <class Tuple>

@@ -79,6 +79,7 @@ struct plan {
   std::vector<loc> temps;        // per live statement, per temp slot
   std::vector<op> ops;
   std::size_t arena_bytes = 0;
+  mxu::cost mxu;  // the cycle model of every matmul the plan runs, on the device's generation
 };
 
 struct time_sample {
@@ -90,14 +91,15 @@ struct time_sample {
 };
 
 struct counters {
-  metrics::detail::counter_cell &mark_step, &cached, &uncached, &sync_points, &kernels, &cse, &dead;
-  metrics::detail::metric_cell &compile_time, &execute_time, &to_device, &from_device;
+  metrics::detail::counter_cell &mark_step, &cached, &uncached, &sync_points, &kernels, &cse, &dead, &mxu_cycles;
+  metrics::detail::metric_cell &compile_time, &execute_time, &to_device, &from_device, &mxu_utilization;
   static counters& get() {
     auto& r = metrics::detail::registry::instance();
     static counters c{r.counter("MarkStep"), r.counter("CachedCompile"), r.counter("UncachedCompile"),
                       r.counter("SyncPoints"), r.counter("KernelLaunch"), r.counter("CseEliminated"),
-                      r.counter("DeadStatements"), r.metric("CompileTime"), r.metric("ExecuteTime"),
-                      r.metric("TransferToDeviceTime"), r.metric("TransferFromDeviceTime")};
+                      r.counter("DeadStatements"), r.counter("MxuCycles"), r.metric("CompileTime"),
+                      r.metric("ExecuteTime"), r.metric("TransferToDeviceTime"), r.metric("TransferFromDeviceTime"),
+                      r.metric("MxuUtilization", metrics::unit::percent)};
     return c;
   }
 };
@@ -297,6 +299,7 @@ class step {
           v = it->second;
         }
         if (fresh) {
+          if (kd.mm_passes) p.mxu += mxu::estimate(kd.mm_m, kd.mm_k, kd.mm_n, kd.mm_batch, kd.mm_passes, device::current().spec());
           plan::loc where;
           if (root) where.output = static_cast<std::int32_t>(pos);
           values.push_back(value{where, kd.bytes, pos, pos, !root});
@@ -396,6 +399,10 @@ class step {
           c.kernels.add();
         }
       }
+    }
+    if (p.mxu.cycles) {
+      c.mxu_cycles.add(static_cast<std::int64_t>(p.mxu.cycles));
+      c.mxu_utilization.add_sample(100.0 * p.mxu.utilization());
     }
     for (auto& o : outputs_) o->owner.store(nullptr, std::memory_order_release);
     outputs_.clear();

@@ -27,7 +27,10 @@
 
 namespace xtpu::metrics {
 
-/// A snapshot of one timed metric (values in nanoseconds).
+/// What a metric's samples are: nanoseconds (printed as torch_xla times) or percent.
+enum class unit { nanoseconds, percent };
+
+/// A snapshot of one metric (values in nanoseconds, or percent).
 struct metric_data {
   std::int64_t total_samples = 0;
   double accumulator = 0;        // sum of all samples ever recorded
@@ -43,6 +46,7 @@ struct counter_cell {
 
 struct metric_cell {
   static constexpr std::size_t window = 1024;
+  unit kind = unit::nanoseconds;
   mutable std::mutex mu;
   metric_data data;
   std::size_t next = 0;
@@ -69,9 +73,11 @@ class registry {
     std::lock_guard lock(mu_);
     return counters_[std::string(name)];
   }
-  metric_cell& metric(std::string_view name) {
+  metric_cell& metric(std::string_view name, unit kind = unit::nanoseconds) {
     std::lock_guard lock(mu_);
-    return metrics_[std::string(name)];
+    auto& m = metrics_[std::string(name)];
+    if (kind != unit::nanoseconds) m.kind = kind;
+    return m;
   }
   template <class F>
   void for_each(F&& f) {
@@ -97,6 +103,13 @@ inline std::string format_time(double ns) {
   else if (s > 0) std::snprintf(buf, sizeof buf, "%02llus%03llums%07.3fus", (unsigned long long)s,
                                 (unsigned long long)ms, us);
   else std::snprintf(buf, sizeof buf, "%03llums%07.3fus", (unsigned long long)ms, us);
+  return buf;
+}
+
+inline std::string format_value(double v, unit kind) {
+  if (kind == unit::nanoseconds) return format_time(v);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f%%", v);
   return buf;
 }
 
@@ -135,14 +148,14 @@ inline std::string report() {
       std::lock_guard lock(m.mu);
       if (m.data.total_samples == 0) continue;
       out += "Metric: " + name + "\n  TotalSamples: " + std::to_string(m.data.total_samples) +
-             "\n  Accumulator: " + detail::format_time(m.data.accumulator) + "\n  Percentiles: ";
+             "\n  Accumulator: " + detail::format_value(m.data.accumulator, m.kind) + "\n  Percentiles: ";
       std::vector<double> v = m.data.samples;
       std::sort(v.begin(), v.end());
       const double pct[] = {1, 5, 10, 20, 50, 80, 90, 95, 99};
       for (std::size_t i = 0; i < std::size(pct); ++i) {
         const auto idx = static_cast<std::size_t>(pct[i] / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
         out += (i ? "; " : "") + std::to_string(static_cast<int>(pct[i])) + "%=" +
-               detail::format_time(v[std::min(idx, v.size() - 1)]);
+               detail::format_value(v[std::min(idx, v.size() - 1)], m.kind);
       }
       out += "\n";
     }
