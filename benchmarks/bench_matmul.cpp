@@ -74,18 +74,18 @@ void xtpu_pass(benchmark::State& st, const shape& s, int threads, bool bf16_inpu
   operands o(s);
   const xtpu::isa path = xtpu::kernels::active_isa();
   for (auto _ : st) {
-    for (std::size_t bi = 0; bi < s.batch; ++bi) {
+    xtpu::mxu::for_each_batch(s.batch, 2.0 * double(s.M * s.N * s.K), threads, [&](std::size_t bi, int t) {
       float* c = o.c.data() + bi * s.M * s.N;
       if (p == xtpu::precision::default_) {
         const xtpu::mxu::matrix_view a = bf16_inputs ? xtpu::mxu::matrix_view{o.ab.data() + bi * s.M * s.K, true, s.K, 1}
                                                      : xtpu::mxu::matrix_view{o.a.data() + bi * s.M * s.K, false, s.K, 1};
         const xtpu::mxu::matrix_view b = bf16_inputs ? xtpu::mxu::matrix_view{o.bb.data() + bi * s.K * s.N, true, s.N, 1}
                                                      : xtpu::mxu::matrix_view{o.b.data() + bi * s.K * s.N, false, s.N, 1};
-        xtpu::mxu::pass(a, b, c, s.N, s.M, s.N, s.K, path, threads);
+        xtpu::mxu::pass(a, b, c, s.N, s.M, s.N, s.K, path, t);
       } else {
-        xtpu::mxu::multi_pass(p, o.a.data() + bi * s.M * s.K, o.b.data() + bi * s.K * s.N, c, s.M, s.N, s.K, path, threads);
+        xtpu::mxu::multi_pass(p, o.a.data() + bi * s.M * s.K, o.b.data() + bi * s.K * s.N, c, s.M, s.N, s.K, path, t);
       }
-    }
+    });
     benchmark::DoNotOptimize(o.c.data());
   }
   report(st, s);

@@ -219,3 +219,28 @@ TEST(Mxu, TensorMatmulIsTheSameOnEveryPath) {
   xtpu::kernels::set_isa(saved);
   xtpu::kernels::set_num_threads(threads);
 }
+
+TEST(Mxu, BatchesOnSeparateThreadsGiveTheSameBits) {
+  const auto av = xtpu_test::values(6 * 20 * 36, 5), bv = xtpu_test::values(36 * 28, 6);
+  auto a = xtpu_test::device<float, 6, 20, 36>(av);
+  auto b = xtpu_test::device<float, 36, 28>(bv);
+  const int threads = xtpu::kernels::num_threads();
+  std::vector<std::uint32_t> first;
+  for (int t : {1, 2, 3}) {
+    xtpu::kernels::set_num_threads(t);
+    xtpu::tensor<float, 6, 20, 28> c = xtpu::matmul(a, b);
+    const auto h = c.to_host();
+    std::vector<std::uint32_t> bits(h.size());
+    for (std::size_t i = 0; i < h.size(); ++i) bits[i] = std::bit_cast<std::uint32_t>(h.data()[i]);
+    if (first.empty()) {
+      first = bits;
+      // batch 4 against the reference pass
+      std::vector<float> a4(av.begin() + 4 * 20 * 36, av.begin() + 5 * 20 * 36);
+      const auto want = reference(a4, bv, 20, 28, 36);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(bits[4 * 20 * 28 + i], std::bit_cast<std::uint32_t>(want[i])) << i;
+    }
+    EXPECT_EQ(bits, first) << "threads " << t;
+  }
+  xtpu::kernels::set_num_threads(threads);
+}

@@ -131,6 +131,17 @@ inline void multi_pass(precision p, const float* a, const float* b, float* c, st
 
 namespace xtpu::detail {
 
+/// Where a batch's f32 result goes: the output itself (f32) or a scratch to round from (bf16).
+template <class T>
+float* out_f32(T* out, std::size_t offset, std::vector<float>& scratch, std::size_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return out + offset;
+  } else {
+    scratch.resize(n);
+    return scratch.data();
+  }
+}
+
 template <class N>
 inline constexpr bool is_leaf_v = false;
 template <class T, bool O>
@@ -193,14 +204,11 @@ void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out) {
   const detail::operand_source<L, LB + offs::leaves[0], SB + offs::scalars[0], TB + offs::temps[0]> lhs(b);
   const detail::operand_source<R, LB + offs::leaves[1], SB + offs::scalars[1], TB + offs::temps[1]> rhs(b);
   const isa path = kernels::active_isa();
-  const int threads = kernels::num_threads();
-  std::vector<float> scratch;
-  if constexpr (!std::is_same_v<value_type, float>) scratch.resize(M * N);
-  std::vector<float> a, w;
-  for (std::size_t ob = 0; ob < batches; ++ob) {
+  mxu::for_each_batch(batches, 2.0 * M * N * K, kernels::num_threads(), [&](std::size_t ob, int threads) {
     const auto av = lhs.view(b, detail::batch_index<OS, LS>(ob));
     const auto bv = rhs.view(b, detail::batch_index<OS, RS>(ob));
-    float* c = std::is_same_v<value_type, float> ? reinterpret_cast<float*>(out) + ob * M * N : scratch.data();
+    thread_local std::vector<float> scratch, a, w;
+    float* c = detail::out_f32(out, ob * M * N, scratch, M * N);
     if constexpr (Prec == precision::default_) {
       mxu::pass(av, bv, c, N, M, N, K, path, threads);
     } else {
@@ -214,7 +222,7 @@ void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out) {
     }
     if constexpr (!std::is_same_v<value_type, float>)
       for (std::size_t i = 0; i < M * N; ++i) out[ob * M * N + i] = store_as<value_type>(c[i]);
-  }
+  });
 }
 
 }  // namespace xtpu

@@ -449,4 +449,21 @@ inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size
   });
 }
 
+/// Runs fn(batch, threads_for_it) for batches 0..n-1: whole batches on separate threads when
+/// each is small (splitting a small product costs more than it gains), else one after the
+/// other with every thread inside each. Either way each product's bits are the same.
+template <class F>
+void for_each_batch(std::size_t n, double flops_each, int threads, F&& fn) {
+  if (n > 1 && threads > 1 && flops_each < 3e7) {
+    const int t = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(threads), n));
+    kernels::detail::thread_pool::instance().run(t, [&](int i) {
+      for (std::size_t b = n * static_cast<std::size_t>(i) / static_cast<std::size_t>(t);
+           b < n * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(t); ++b)
+        fn(b, 1);
+    });
+  } else {
+    for (std::size_t b = 0; b < n; ++b) fn(b, threads);
+  }
+}
+
 }  // namespace xtpu::mxu
