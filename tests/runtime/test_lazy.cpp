@@ -237,3 +237,54 @@ TEST_F(Lazy, MxuCyclesAndUtilizationAreCountedPerStep) {
   EXPECT_NEAR(u->samples[0], 100.0 * per_step.utilization(), 1e-9);
   EXPECT_NE(metrics::report().find("Metric: MxuUtilization"), std::string::npos);
 }
+
+TEST_F(Lazy, MatmulEpilogueFusionGivesTheSameBitsInOneKernel) {
+  auto x = device<float, 40, 72>(values(40 * 72, 17));
+  auto w = device<float, 72, 36>(values(72 * 36, 18));
+  auto b = device<float, 36>(values(36, 19));
+  const int threads = xtpu::kernels::num_threads();
+  for (int t : {1, 2, 3}) {
+    xtpu::kernels::set_num_threads(t);
+    metrics::reset();
+    xtpu::tensor<float, 40, 36> fused = xtpu::relu(xtpu::matmul(x, w) + b * 0.5f);
+    xtpu::mark_step();
+    EXPECT_EQ(count("KernelLaunch"), 1);  // matmul and epilogue in one kernel
+    xtpu::tensor<float, 40, 36> m = xtpu::matmul(x, w);
+    xtpu::mark_step();
+    xtpu::tensor<float, 40, 36> unfused = xtpu::relu(m + b * 0.5f);
+    xtpu::mark_step();
+    const auto hf = fused.to_host(), hu = unfused.to_host();
+    for (std::size_t i = 0; i < hf.size(); ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(hf.data()[i]), std::bit_cast<std::uint32_t>(hu.data()[i])) << i;
+  }
+  xtpu::kernels::set_num_threads(threads);
+}
+
+TEST_F(Lazy, FusionYieldsToSharingAndSkipsBf16) {
+  auto x = device<float, 8, 16>(values(128, 20));
+  auto w = device<float, 16, 8>(values(128, 21));
+  xtpu::tensor<float, 8, 8> a = xtpu::relu(xtpu::matmul(x, w));
+  xtpu::tensor<float, 8, 8> c = xtpu::tanh(xtpu::matmul(x, w));  // shares the matmul: no fusion
+  xtpu::mark_step();
+  EXPECT_EQ(count("KernelLaunch"), 3);
+  auto xb = device<xtpu::bf16, 8, 16>(values(128, 20));
+  auto wb = device<xtpu::bf16, 16, 8>(values(128, 21));
+  xtpu::tensor<xtpu::bf16, 8, 8> r = xtpu::relu(xtpu::matmul(xb, wb));  // bf16 result: rounded first
+  xtpu::tensor<xtpu::bf16, 8, 8> m = xtpu::matmul(xb, wb);
+  xtpu::mark_step();
+  const auto hr = r.to_host(), hm = m.to_host();
+  for (std::size_t i = 0; i < hr.size(); ++i)
+    EXPECT_EQ(hr.data()[i].bits(), xtpu::bf16(std::max(0.0f, float(hm.data()[i]))).bits());
+}
+
+TEST_F(Lazy, FusedBatchedMatmul) {
+  auto x = device<float, 4, 12, 20>(values(4 * 12 * 20, 22));
+  auto w = device<float, 20, 12>(values(20 * 12, 23));
+  xtpu::tensor<float, 4, 12, 12> f = xtpu::sigmoid(xtpu::matmul(x, w)) * 2.0f;
+  xtpu::mark_step();
+  EXPECT_EQ(count("KernelLaunch"), 1);  // fused
+  xtpu::tensor<float, 4, 12, 12> m = xtpu::matmul(x, w);
+  xtpu::mark_step();
+  const auto hf = host(f), hm = host(m);
+  for (std::size_t i = 0; i < hf.size(); ++i) EXPECT_EQ(float(hf[i]), (1.0f / (1.0f + std::exp(-float(hm[i])))) * 2.0f);
+}

@@ -294,9 +294,12 @@ struct matmul_node : detail::node_base<matmul_node<Prec, L, R>> {
   static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
     return load_materialized<matmul_node, TB>(b, i);
   }
-  /// Defined in kernels/matmul.hpp.
+  /// Defined in kernels/matmul.hpp. With an epilogue (f32 results only), ep(ctx, offset,
+  /// row0, col0, rows, cols) runs on each finished tile of the batch starting at `offset`.
+  using epilogue_fn = void (*)(const void* ctx, std::size_t offset, std::size_t row0, std::size_t col0,
+                               std::size_t rows, std::size_t cols);
   template <std::size_t LB, std::size_t SB, std::size_t TB>
-  static void compute(const detail::bound& b, value_type* out);
+  static void compute(const detail::bound& b, value_type* out, epilogue_fn ep = nullptr, const void* ctx = nullptr);
   void collect(detail::recorder& r) const {
     lhs.collect(r);
     rhs.collect(r);

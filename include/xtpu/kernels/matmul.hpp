@@ -194,7 +194,7 @@ namespace xtpu {
 
 template <precision Prec, class L, class R>
 template <std::size_t LB, std::size_t SB, std::size_t TB>
-void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out) {
+void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out, epilogue_fn ep, const void* ctx) {
   using LS = typename L::shape_type;
   using RS = typename R::shape_type;
   using OS = shape_type;
@@ -210,7 +210,18 @@ void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out) {
     thread_local std::vector<float> scratch, a, w;
     float* c = detail::out_f32(out, ob * M * N, scratch, M * N);
     if constexpr (Prec == precision::default_) {
-      mxu::pass(av, bv, c, N, M, N, K, path, threads);
+      // the tile epilogue needs the batch's offset: one small context per batch
+      struct batch_ctx {
+        epilogue_fn fn;
+        const void* ctx;
+        std::size_t offset;
+      } bc{ep, ctx, ob * M * N};
+      const mxu::epilogue tile_ep{[](const void* p, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
+                                    const auto* e = static_cast<const batch_ctx*>(p);
+                                    e->fn(e->ctx, e->offset, r0, c0, rows, cols);
+                                  },
+                                  &bc};
+      mxu::pass(av, bv, c, N, M, N, K, path, threads, ep ? &tile_ep : nullptr);
     } else {
       a.resize(M * K);
       w.resize(K * N);
@@ -219,6 +230,7 @@ void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out) {
       for (std::size_t k = 0; k < K; ++k)
         for (std::size_t j = 0; j < N; ++j) w[k * N + j] = bv.value(k, j);
       mxu::multi_pass(Prec, a.data(), w.data(), c, M, N, K, path, threads);
+      if (ep) ep(ctx, ob * M * N, 0, 0, M, N);
     }
     if constexpr (!std::is_same_v<value_type, float>)
       for (std::size_t i = 0; i < M * N; ++i) out[ob * M * N + i] = store_as<value_type>(c[i]);

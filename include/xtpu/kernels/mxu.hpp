@@ -56,6 +56,13 @@ struct matrix_view {
   }
 };
 
+/// Work applied to each finished C tile while it is still in cache (bias, activation, ...):
+/// fn(ctx, row0, col0, rows, cols) on C rows [row0, row0+rows) x cols [col0, col0+cols).
+struct epilogue {
+  void (*fn)(const void* ctx, std::size_t row0, std::size_t col0, std::size_t rows, std::size_t cols);
+  const void* ctx;
+};
+
 namespace detail {
 
 /// Position t of a packed k block -> the k it holds: pairs visited odd element first.
@@ -388,7 +395,8 @@ inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, c
 
 /// One thread's share: rows [m0, m1) x cols [n0, n1) of C, all of K, in k order.
 inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc,
-                        std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K) {
+                        std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K,
+                        const epilogue* ep) {
   const blocking bk = blocking_for(path);
   const bool pairs = path == isa::avx512bf16;
   thread_local std::vector<float> abuf, bbuf;  // 4-byte slots: f32 values or bf16 pairs
@@ -414,6 +422,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
             const float* ap = abuf.data() + (ir / bk.mr) * bk.mr * slots;
             tile(path, bk, kc, ap, bp, c + (ic + ir) * ldc + jc + jr, ldc, std::min(bk.mr, mc - ir),
                  std::min(bk.nr, nc - jr), pc == 0);
+            if (ep && pc + kc == K) ep->fn(ep->ctx, ic + ir, jc + jr, std::min(bk.mr, mc - ir), std::min(bk.nr, nc - jr));
           }
         }
       }
@@ -424,12 +433,14 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
 }  // namespace detail
 
 /// c (M, N) f32 with row stride ldc = a (M, K) x b (K, N): one bf16 pass, DESIGN.md §4,
-/// on `path` with up to `threads` threads. The bits do not depend on either.
+/// on `path` with up to `threads` threads. The bits do not depend on either. `ep`, if given,
+/// runs on every finished tile (by the thread that computed it).
 inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M, std::size_t N,
-                 std::size_t K, isa path, int threads) {
+                 std::size_t K, isa path, int threads, const epilogue* ep = nullptr) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     for (std::size_t i = 0; i < M; ++i) std::fill_n(c + i * ldc, N, 0.0f);
+    if (ep) ep->fn(ep->ctx, 0, 0, M, N);
     return;
   }
   const detail::blocking bk = detail::blocking_for(path);
@@ -443,9 +454,9 @@ inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size
     const std::size_t u0 = units * static_cast<std::size_t>(i) / static_cast<std::size_t>(t),
                       u1 = units * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(t);
     if (split_n)
-      detail::pass_region(path, a, b, c, ldc, 0, M, u0 * bk.nr, std::min(N, u1 * bk.nr), K);
+      detail::pass_region(path, a, b, c, ldc, 0, M, u0 * bk.nr, std::min(N, u1 * bk.nr), K, ep);
     else
-      detail::pass_region(path, a, b, c, ldc, u0 * bk.mr, std::min(M, u1 * bk.mr), 0, N, K);
+      detail::pass_region(path, a, b, c, ldc, u0 * bk.mr, std::min(M, u1 * bk.mr), 0, N, K, ep);
   });
 }
 

@@ -92,9 +92,100 @@ constexpr auto kernels_of() {
   }
 }
 
+// ---- matmul epilogue fusion ---------------------------------------------------------------
+//
+// A statement `t = f(matmul(a, b), ...)` whose only materialized node is an f32 matmul of t's
+// own shape (relu(matmul(x, w) + b), say) can run as one kernel: the matmul writes its f32
+// accumulator into t and, as each tile is finished and still in cache, the elementwise root is
+// evaluated over it in place (the matmul's slot reads t). The plan uses this alternative
+// only when the matmul's value is not shared with another kernel (CSE wins first).
+
+template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+struct located {
+  using node = N;
+  static constexpr std::size_t lb = LB, sb = SB, tb = TB;
+};
+
+template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+constexpr auto find_matmul();
+
+template <class N, std::size_t LB, std::size_t SB, std::size_t TB, std::size_t I>
+constexpr auto find_in_children() {
+  using Ch = typename N::children;
+  if constexpr (I == std::tuple_size_v<Ch>) {
+    return static_cast<void*>(nullptr);
+  } else {
+    using O = offsets_of<Ch>;
+    using here = decltype(find_matmul<std::tuple_element_t<I, Ch>, LB + O::leaves[I], SB + O::scalars[I], TB + O::temps[I]>());
+    if constexpr (!std::is_same_v<here, void*>) return here{};
+    else return find_in_children<N, LB, SB, TB, I + 1>();
+  }
+}
+
+/// The (first) matmul node in N's subtree with its offsets, as located<...>*, else void*.
+template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+constexpr auto find_matmul() {
+  if constexpr (mxu::detail::matmul_info<N>::is) return static_cast<located<N, LB, SB, TB>*>(nullptr);
+  else return find_in_children<N, LB, SB, TB, 0>();
+}
+
+template <class E>
+constexpr bool fusable() {
+  if constexpr (E::materialized || E::n_temps != 1 || !std::is_same_v<typename E::value_type, float>) {
+    return false;
+  } else {
+    using F = decltype(find_matmul<E, 0, 0, 0>());
+    if constexpr (std::is_same_v<F, void*>) {
+      return false;
+    } else {
+      using MM = typename std::remove_pointer_t<F>::node;
+      return std::is_same_v<typename MM::value_type, float> && std::is_same_v<typename MM::shape_type, typename E::shape_type>;
+    }
+  }
+}
+
+/// The fused kernel: matmul into t, then the root over each finished tile, in place.
+template <class E>
+void run_fused(const bound& b, void* dst) {
+  using Loc = std::remove_pointer_t<decltype(find_matmul<E, 0, 0, 0>())>;
+  using MM = typename Loc::node;
+  using S = typename E::shape_type;
+  constexpr std::size_t N = S::dims[S::rank - 1];
+  struct context {
+    float* out;
+    const void* temps[1];
+    bound root;
+  } ctx{static_cast<float*>(dst), {dst}, {b.leaves, b.scalars, nullptr}};
+  ctx.root.temps = ctx.temps;  // the matmul's slot (the only temp) is t itself
+  MM::template compute<Loc::lb, Loc::sb, Loc::tb>(
+      b, ctx.out,
+      [](const void* p, std::size_t offset, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
+        const auto* c = static_cast<const context*>(p);
+        for (std::size_t r = r0; r < r0 + rows; ++r)
+          for (std::size_t j = c0; j < c0 + cols; ++j) {
+            const std::size_t i = offset + r * N + j;
+            c->out[i] = store_as<float>(E::template load<0, 0, 0>(c->root, i));
+          }
+      },
+      &ctx);
+}
+
 /// The kernel table of the statement `t = E` (the last entry writes t).
 template <class E>
 struct program {
+  static constexpr bool has_fused = fusable<E>();
+  /// The one-kernel alternative when E fuses (has_fused).
+  static constexpr std::array<kernel_desc, 1> fused = [] {
+    if constexpr (fusable<E>()) {
+      kernel_desc d = describe<E, 0, 0, 0>(&run_fused<E>);
+      constexpr kernel_desc mm = kernels_of<E, 0, 0, 0>()[0];
+      d.mm_m = mm.mm_m, d.mm_k = mm.mm_k, d.mm_n = mm.mm_n, d.mm_batch = mm.mm_batch, d.mm_passes = mm.mm_passes;
+      d.temp_begin = d.temp_end = 0;
+      return std::array<kernel_desc, 1>{d};
+    } else {
+      return std::array<kernel_desc, 1>{kernel_desc{}};
+    }
+  }();
   static constexpr auto kernels = [] {
     if constexpr (E::materialized) {
       return kernels_of<E, 0, 0, 0>();

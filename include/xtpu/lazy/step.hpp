@@ -57,6 +57,7 @@ inline void throw_not_readable(const void* owner) {
 struct statement {
   const kernel_desc* kernels;
   std::uint32_t n_kernels;
+  const kernel_desc* fused;  // the one-kernel matmul+epilogue alternative, or null
   std::uint32_t leaf_begin, n_leaves, scalar_begin, sig_begin;
   std::weak_ptr<storage> out;  // expired: nobody can see the result, the statement is dead
 };
@@ -71,6 +72,7 @@ struct plan {
     std::uint32_t kernel;
     bool copy;  // the value exists already: copy it from src (a root that CSE found)
     loc src;
+    bool fused;  // run the statement's fused matmul+epilogue kernel instead of its table
   };
   struct stmt_plan {
     std::uint32_t stmt, temp_begin, op_begin, op_end;
@@ -192,7 +194,9 @@ class step {
       signature_.push_back(E::fingerprint);
       for (std::size_t i = l0; i < leaves_.size(); ++i) signature_.push_back(wire(*leaves_[i]));
       constexpr const auto& table = program<E>::kernels;
+      constexpr const auto& fused = program<E>::fused;
       stmts_.push_back(statement{table.data(), static_cast<std::uint32_t>(table.size()),
+                                 program<E>::has_fused ? fused.data() : nullptr,
                                  static_cast<std::uint32_t>(l0), static_cast<std::uint32_t>(leaves_.size() - l0),
                                  static_cast<std::uint32_t>(s0), static_cast<std::uint32_t>(g0), out});
     } catch (...) {
@@ -264,24 +268,29 @@ class step {
       std::uint64_t bytes;
       std::size_t first, last;  // positions (live statement index) of definition and last use
       bool in_arena;
+      std::uint32_t uses;       // kernels that compute this value (more than one: CSE shares it)
+    };
+    struct kernel_value {
+      std::uint32_t v;
+      bool fresh;
     };
     std::vector<value> values;
     std::map<std::vector<std::uint64_t>, std::uint32_t> numbering;  // CSE: structure + inputs -> value
     std::vector<std::uint32_t> root_value(stmts_.size(), 0);
-    std::vector<std::uint32_t> temp_value;  // parallel to p.temps
-    std::vector<std::uint32_t> kval;
+    std::vector<std::vector<kernel_value>> kv(stmts_.size());
+    std::vector<std::size_t> live;  // statement index of each live position
     auto& c = counters::get();
 
+    // 1. number every kernel's value (common subexpressions get one number) and its lifetime
     for (std::size_t s = 0; s < stmts_.size(); ++s) {
       const statement& st = stmts_[s];
       if (st.out.expired()) {
         c.dead.add();
         continue;
       }
-      const std::size_t pos = p.stmts.size();
-      plan::stmt_plan sp{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(p.temps.size()),
-                         static_cast<std::uint32_t>(p.ops.size()), 0};
-      kval.assign(st.n_kernels, 0);
+      const std::size_t pos = live.size();
+      live.push_back(s);
+      kv[s].resize(st.n_kernels);
       for (std::uint32_t k = 0; k < st.n_kernels; ++k) {
         const kernel_desc& kd = st.kernels[k];
         const bool root = k + 1 == st.n_kernels;
@@ -293,32 +302,23 @@ class step {
             const std::uint64_t code = signature_[st.sig_begin + 1 + l];
             key.push_back(code >> 32 ? val_tag | root_value[code & 0xFFFFFFFFu] : ext_tag | code);
           }
-          for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kval[t]);
+          for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kv[s][t].v);
           auto [it, inserted] = numbering.try_emplace(std::move(key), v);
           fresh = inserted;
           v = it->second;
         }
         if (fresh) {
-          if (kd.mm_passes) p.mxu += mxu::estimate(kd.mm_m, kd.mm_k, kd.mm_n, kd.mm_batch, kd.mm_passes, device::current().spec());
           plan::loc where;
           if (root) where.output = static_cast<std::int32_t>(pos);
-          values.push_back(value{where, kd.bytes, pos, pos, !root});
-          p.ops.push_back(plan::op{k, false, {}});
+          values.push_back(value{where, kd.bytes, pos, pos, !root, 1});
         } else {
           c.cse.add();
           values[v].last = pos;
-          if (root) p.ops.push_back(plan::op{k, true, {}});  // src filled in below
+          ++values[v].uses;
         }
-        kval[k] = v;
-        if (!root) {
-          p.temps.push_back({});
-          temp_value.push_back(v);
-        } else {
-          root_value[s] = v;
-        }
+        kv[s][k] = {v, fresh};
+        if (root) root_value[s] = v;
       }
-      sp.op_end = static_cast<std::uint32_t>(p.ops.size());
-      p.stmts.push_back(sp);
       // a leaf read from an earlier statement keeps that value alive until here
       for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
         const std::uint64_t code = signature_[st.sig_begin + 1 + l];
@@ -326,7 +326,46 @@ class step {
       }
     }
 
-    // Arena: first fit by lifetime, 64-byte aligned.
+    // 2. fuse `t = f(matmul(...))` into one kernel where the matmul's value is not shared
+    std::vector<char> fused(stmts_.size(), 0);
+    for (std::size_t s : live) {
+      const statement& st = stmts_[s];
+      if (st.fused && kv[s][0].fresh && values[kv[s][0].v].uses == 1 && kv[s][1].fresh) {
+        fused[s] = 1;
+        values[kv[s][0].v].in_arena = false;
+      }
+    }
+
+    // 3. ops and temp slots, program order
+    std::vector<std::uint32_t> temp_value;  // parallel to p.temps (UINT32_MAX: unused slot)
+    for (std::size_t pos = 0; pos < live.size(); ++pos) {
+      const std::size_t s = live[pos];
+      const statement& st = stmts_[s];
+      plan::stmt_plan sp{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(p.temps.size()),
+                         static_cast<std::uint32_t>(p.ops.size()), 0};
+      if (fused[s]) {
+        p.ops.push_back(plan::op{0, false, {}, true});
+      } else {
+        for (std::uint32_t k = 0; k < st.n_kernels; ++k) {
+          const bool root = k + 1 == st.n_kernels;
+          if (kv[s][k].fresh) p.ops.push_back(plan::op{k, false, {}, false});
+          else if (root) p.ops.push_back(plan::op{k, true, {}, false});  // src filled in below
+        }
+      }
+      for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) {
+        p.temps.push_back({});
+        temp_value.push_back(fused[s] ? UINT32_MAX : kv[s][k].v);
+      }
+      sp.op_end = static_cast<std::uint32_t>(p.ops.size());
+      p.stmts.push_back(sp);
+      for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
+        const kernel_desc& kd = p.ops[o].fused ? st.fused[0] : st.kernels[p.ops[o].kernel];
+        if (!p.ops[o].copy && kd.mm_passes)
+          p.mxu += mxu::estimate(kd.mm_m, kd.mm_k, kd.mm_n, kd.mm_batch, kd.mm_passes, device::current().spec());
+      }
+    }
+
+    // 4. arena: first fit by lifetime, 64-byte aligned
     struct placed {
       std::size_t offset, end, last;
     };
@@ -345,13 +384,11 @@ class step {
       active.push_back({off, off + need, v.last});
       p.arena_bytes = std::max(p.arena_bytes, off + need);
     }
-    for (std::size_t t = 0; t < p.temps.size(); ++t) p.temps[t] = values[temp_value[t]].where;
-    for (const auto& sp : p.stmts) {
-      const statement& st = stmts_[sp.stmt];
+    for (std::size_t t = 0; t < p.temps.size(); ++t)
+      p.temps[t] = temp_value[t] == UINT32_MAX ? plan::loc{} : values[temp_value[t]].where;
+    for (const auto& sp : p.stmts)
       for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o)
         if (p.ops[o].copy) p.ops[o].src = values[root_value[sp.stmt]].where;
-      (void)st;
-    }
     return p;
   }
 
@@ -377,7 +414,8 @@ class step {
     // 2. run
     auto* arena = static_cast<std::byte*>(arena_.data());
     auto where = [&](const plan::loc& l) -> void* {
-      return l.arena >= 0 ? static_cast<void*>(arena + l.arena) : outputs_[static_cast<std::size_t>(l.output)]->buffer.data();
+      if (l.arena >= 0) return static_cast<void*>(arena + l.arena);
+      return l.output >= 0 ? outputs_[static_cast<std::size_t>(l.output)]->buffer.data() : nullptr;
     };
     for (std::size_t i = 0; i < p.stmts.size(); ++i) {
       const auto& sp = p.stmts[i];
@@ -390,8 +428,8 @@ class step {
       void* out = outputs_[i]->buffer.data();
       for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
         const plan::op& op = p.ops[o];
-        const kernel_desc& kd = st.kernels[op.kernel];
-        void* dst = op.kernel + 1 == st.n_kernels ? out : const_cast<void*>(temp_ptrs_[op.kernel]);
+        const kernel_desc& kd = op.fused ? st.fused[0] : st.kernels[op.kernel];
+        void* dst = op.fused || op.kernel + 1 == st.n_kernels ? out : const_cast<void*>(temp_ptrs_[op.kernel]);
         if (op.copy) {
           std::memcpy(dst, where(op.src), kd.bytes);
         } else {
