@@ -288,22 +288,25 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2(std::size_t kc, const
   _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
 }
 
+// The 12 x 32 accumulator tile of both AVX-512 kernels: c<row><half>, zeroed or loaded from
+// C (row stride ldc), and stored back.
 #define XTPU_MXU_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define XTPU_MXU_DECL(i) __m512 c##i##0, c##i##1;
+#define XTPU_MXU_ZERO(i) c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+#define XTPU_MXU_LOAD(i) c##i##0 = _mm512_loadu_ps(c + (i) * ldc), c##i##1 = _mm512_loadu_ps(c + (i) * ldc + 16);
+#define XTPU_MXU_STORE(i) _mm512_storeu_ps(c + (i) * ldc, c##i##0), _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);
+#define XTPU_MXU_ACC_BEGIN          \
+  XTPU_MXU_ROWS(XTPU_MXU_DECL)      \
+  if (first) {                      \
+    XTPU_MXU_ROWS(XTPU_MXU_ZERO)    \
+  } else {                          \
+    XTPU_MXU_ROWS(XTPU_MXU_LOAD)    \
+  }
+#define XTPU_MXU_ACC_END XTPU_MXU_ROWS(XTPU_MXU_STORE)
 
 __attribute__((target("avx512f"))) inline void micro_avx512(std::size_t kc, const float* a, const float* b, float* c,
                                                            std::size_t ldc, bool first) noexcept {
-#define XTPU_DECL(i) __m512 c##i##0, c##i##1;
-  XTPU_MXU_ROWS(XTPU_DECL)
-#undef XTPU_DECL
-  if (first) {
-#define XTPU_ZERO(i) c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
-    XTPU_MXU_ROWS(XTPU_ZERO)
-#undef XTPU_ZERO
-  } else {
-#define XTPU_LOAD(i) c##i##0 = _mm512_loadu_ps(c + (i) * ldc), c##i##1 = _mm512_loadu_ps(c + (i) * ldc + 16);
-    XTPU_MXU_ROWS(XTPU_LOAD)
-#undef XTPU_LOAD
-  }
+  XTPU_MXU_ACC_BEGIN
   for (std::size_t t = 0; t < kc; ++t, b += 32) {
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #define XTPU_FMA(i)                                   \
@@ -315,26 +318,33 @@ __attribute__((target("avx512f"))) inline void micro_avx512(std::size_t kc, cons
     XTPU_MXU_ROWS(XTPU_FMA)
 #undef XTPU_FMA
   }
-#define XTPU_STORE(i) _mm512_storeu_ps(c + (i) * ldc, c##i##0), _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);
-  XTPU_MXU_ROWS(XTPU_STORE)
-#undef XTPU_STORE
+  XTPU_MXU_ACC_END
+}
+
+/// 12 x 16: for outputs at most 16 wide (a classifier head), half the padding of 12 x 32.
+__attribute__((target("avx512f"))) inline void micro_avx512_n16(std::size_t kc, const float* a, const float* b,
+                                                               float* c, std::size_t ldc, bool first) noexcept {
+#define XTPU_N16_DECL(i) __m512 c##i;
+#define XTPU_N16_INIT(i) c##i = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (i) * ldc);
+#define XTPU_N16_FMA(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[(i) * kc + t]), b0, c##i);
+#define XTPU_N16_STORE(i) _mm512_storeu_ps(c + (i) * ldc, c##i);
+  XTPU_MXU_ROWS(XTPU_N16_DECL)
+  XTPU_MXU_ROWS(XTPU_N16_INIT)
+  for (std::size_t t = 0; t < kc; ++t, b += 16) {
+    const __m512 b0 = _mm512_loadu_ps(b);
+    XTPU_MXU_ROWS(XTPU_N16_FMA)
+  }
+  XTPU_MXU_ROWS(XTPU_N16_STORE)
+#undef XTPU_N16_STORE
+#undef XTPU_N16_FMA
+#undef XTPU_N16_INIT
+#undef XTPU_N16_DECL
 }
 
 __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::size_t pairs, const std::uint32_t* a,
                                                                          const std::uint32_t* b, float* c,
                                                                          std::size_t ldc, bool first) noexcept {
-#define XTPU_DECL(i) __m512 c##i##0, c##i##1;
-  XTPU_MXU_ROWS(XTPU_DECL)
-#undef XTPU_DECL
-  if (first) {
-#define XTPU_ZERO(i) c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
-    XTPU_MXU_ROWS(XTPU_ZERO)
-#undef XTPU_ZERO
-  } else {
-#define XTPU_LOAD(i) c##i##0 = _mm512_loadu_ps(c + (i) * ldc), c##i##1 = _mm512_loadu_ps(c + (i) * ldc + 16);
-    XTPU_MXU_ROWS(XTPU_LOAD)
-#undef XTPU_LOAD
-  }
+  XTPU_MXU_ACC_BEGIN
   for (std::size_t q = 0; q < pairs; ++q, b += 32) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + 16);
 #define XTPU_DP(i)                                                                 \
@@ -346,10 +356,14 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::
     XTPU_MXU_ROWS(XTPU_DP)
 #undef XTPU_DP
   }
-#define XTPU_STORE(i) _mm512_storeu_ps(c + (i) * ldc, c##i##0), _mm512_storeu_ps(c + (i) * ldc + 16, c##i##1);
-  XTPU_MXU_ROWS(XTPU_STORE)
-#undef XTPU_STORE
+  XTPU_MXU_ACC_END
 }
+#undef XTPU_MXU_ACC_END
+#undef XTPU_MXU_ACC_BEGIN
+#undef XTPU_MXU_STORE
+#undef XTPU_MXU_LOAD
+#undef XTPU_MXU_ZERO
+#undef XTPU_MXU_DECL
 #undef XTPU_MXU_ROWS
 
 /// MXCSR FTZ|DAZ for the scope of a SIMD pass (restored after).
@@ -380,7 +394,8 @@ inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, c
       micro_avx512bf16((kc + 1) / 2, static_cast<const std::uint32_t*>(ap), static_cast<const std::uint32_t*>(bp), dst, ld, first);
       break;
     case isa::avx512:
-      micro_avx512(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
+      if (bk.nr == 16) micro_avx512_n16(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
+      else micro_avx512(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
       break;
     case isa::avx2:
       micro_avx2(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
@@ -397,7 +412,8 @@ inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, c
 inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc,
                         std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K,
                         const epilogue* ep) {
-  const blocking bk = blocking_for(path);
+  blocking bk = blocking_for(path);
+  if (path == isa::avx512 && n1 - n0 <= 16) bk.nr = 16;  // narrow outputs: the 12 x 16 kernel
   const bool pairs = path == isa::avx512bf16;
   thread_local std::vector<float> abuf, bbuf;  // 4-byte slots: f32 values or bf16 pairs
   const std::size_t kc_max = std::min(bk.kc, K + (K & 1));
