@@ -81,50 +81,65 @@ inline void split_all(const float* x, float* hi, float* mid, float* lo, std::siz
   }
 }
 
+#if XTPU_X86
+__attribute__((target("avx512f"))) inline std::size_t accumulate_avx512(float* r, const float* s, std::size_t n,
+                                                                       bool nan_to_zero) noexcept {
+  const __m512i mag = _mm512_set1_epi32(0x7FFFFFFF), sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)),
+                min_normal = _mm512_set1_epi32(0x00800000);
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(r + i);
+    if (nan_to_zero) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_setzero_ps());
+    const __m512i u = _mm512_castps_si512(_mm512_add_ps(v, _mm512_loadu_ps(s + i)));  // round to nearest: MXCSR default
+    const __m512i flushed = _mm512_mask_mov_epi32(u, _mm512_cmplt_epi32_mask(_mm512_and_si512(u, mag), min_normal),
+                                                  _mm512_and_si512(u, sign));
+    _mm512_storeu_ps(r + i, _mm512_castsi512_ps(flushed));
+  }
+  return i;
+}
+#endif
+
 /// r = ftz(r + s) elementwise; with nan_to_zero, NaNs in r become 0 first.
 inline void accumulate(float* r, const float* s, std::size_t n, bool nan_to_zero = false) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
+  std::size_t i0 = 0;
+#if XTPU_X86
+  if (kernels::supported(isa::avx512)) i0 = accumulate_avx512(r, s, n, nan_to_zero);
+#endif
+  for (std::size_t i = i0; i < n; ++i) {
     float v = r[i];
     if (nan_to_zero && v != v) v = 0.0f;
     r[i] = xtpu::detail::ftz(v + s[i]);
   }
 }
-inline void zero_nans(float* r, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i)
-    if (r[i] != r[i]) r[i] = 0.0f;
-}
 
-/// c (M, N) = a x b at precision p; a, b are f32 row-major (M, K) and (K, N) — the caller's
-/// split operands. Used for HIGH and HIGHEST; DEFAULT calls pass() directly.
+/// c (M, N) = a x b at precision p; a, b are f32 row-major (M, K) and (K, N). Used for HIGH
+/// and HIGHEST; DEFAULT calls pass() directly. The dots are independent: small ones run side
+/// by side on separate threads, large ones one after the other with every thread; the adds
+/// then follow DESIGN.md §4's order, so the bits do not depend on the schedule.
 inline void multi_pass(precision p, const float* a, const float* b, float* c, std::size_t M, std::size_t N,
                        std::size_t K, isa path, int threads) {
   // scratch kept per thread: a step's matmuls reuse it instead of allocating (and zeroing) it
-  thread_local std::vector<float> ah, am, al, bh, bm, bl, t;
+  thread_local std::vector<float> ah, am, al, bh, bm, bl, dots;
   for (auto* v : {&ah, &am, &al}) v->resize(std::max(v->size(), M * K));
   for (auto* v : {&bh, &bm, &bl}) v->resize(std::max(v->size(), K * N));
-  t.resize(std::max(t.size(), M * N));
   split_all(a, ah.data(), am.data(), al.data(), M * K, p);
   split_all(b, bh.data(), bm.data(), bl.data(), K * N, p);
-  auto dot = [&](const std::vector<float>& x, const std::vector<float>& y, float* out) {
-    pass({x.data(), false, K, 1}, {y.data(), false, N, 1}, out, N, M, N, K, path, threads);
+  struct dot {
+    const std::vector<float>*x, *y;
   };
-  if (p == precision::high) {
-    dot(al, bh, c);
-    dot(ah, bl, t.data());
-    accumulate(c, t.data(), M * N);
-  } else {
-    dot(am, bm, c);
-    dot(ah, bl, t.data());
-    accumulate(c, t.data(), M * N);
-    dot(al, bh, t.data());
-    accumulate(c, t.data(), M * N);
-    dot(ah, bm, t.data());
-    accumulate(c, t.data(), M * N);
-    dot(am, bh, t.data());
-    accumulate(c, t.data(), M * N);
-  }
-  dot(ah, bh, t.data());
-  accumulate(c, t.data(), M * N, /*nan_to_zero*/ true);
+  // the terms in the order they are added; the last (hi x hi') comes after NaN -> 0
+  const std::vector<dot> terms =
+      p == precision::high
+          ? std::vector<dot>{{&al, &bh}, {&ah, &bl}, {&ah, &bh}}
+          : std::vector<dot>{{&am, &bm}, {&ah, &bl}, {&al, &bh}, {&ah, &bm}, {&am, &bh}, {&ah, &bh}};
+  dots.resize(std::max(dots.size(), terms.size() * M * N));
+  float* out = dots.data();
+  for_each_batch(terms.size(), 2.0 * double(M) * double(N) * double(K), threads, [&](std::size_t i, int t) {
+    pass({terms[i].x->data(), false, K, 1}, {terms[i].y->data(), false, N, 1}, out + i * M * N, N, M, N, K, path, t);
+  });
+  std::copy_n(out, M * N, c);
+  for (std::size_t i = 1; i + 1 < terms.size(); ++i) accumulate(c, out + i * M * N, M * N);
+  accumulate(c, out + (terms.size() - 1) * M * N, M * N, /*nan_to_zero*/ true);
 }
 
 }  // namespace xtpu::mxu
