@@ -288,3 +288,17 @@ TEST_F(Lazy, FusedBatchedMatmul) {
   const auto hf = host(f), hm = host(m);
   for (std::size_t i = 0; i < hf.size(); ++i) EXPECT_EQ(float(hf[i]), (1.0f / (1.0f + std::exp(-float(hm[i])))) * 2.0f);
 }
+
+TEST_F(Lazy, NoFusionThroughAnIndexRemap) {
+  // transpose(matmul) has the matmul's shape but reads it at other indices: must not run in place
+  auto a = device<float, 24, 24>(values(24 * 24, 24));
+  auto b = device<float, 24, 24>(values(24 * 24, 25));
+  xtpu::tensor<float, 24, 24> t = xtpu::transpose(xtpu::matmul(a, b)) + 1.0f;
+  xtpu::mark_step();
+  EXPECT_EQ(count("KernelLaunch"), 2);
+  xtpu::tensor<float, 24, 24> m = xtpu::matmul(a, b);
+  xtpu::mark_step();
+  const auto ht = t.to_host(), hm = m.to_host();
+  for (std::size_t i = 0; i < 24; ++i)
+    for (std::size_t j = 0; j < 24; ++j) ASSERT_EQ(ht(i, j), hm(j, i) + 1.0f) << i << "," << j;
+}

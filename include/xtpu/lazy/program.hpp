@@ -100,6 +100,11 @@ constexpr auto kernels_of() {
 // evaluated over it in place (the matmul's slot reads t). The plan uses this alternative
 // only when the matmul's value is not shared with another kernel (CSE wins first).
 
+template <class N>
+inline constexpr bool is_map_v = false;
+template <class Op, class... C>
+inline constexpr bool is_map_v<map<Op, C...>> = true;
+
 template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
 struct located {
   using node = N;
@@ -129,9 +134,34 @@ constexpr auto find_matmul() {
   else return find_in_children<N, LB, SB, TB, 0>();
 }
 
+/// True when N reads its matmul (if any) only at its own flat index: the path from N down to
+/// the matmul is elementwise maps of the matmul's shape. A transpose, reshape, slice, pad,
+/// concat or reduction in between would read other elements — which the in-place epilogue
+/// may not have finished (or may have overwritten).
+template <class N>
+constexpr bool reads_matmul_in_place();
+
+template <class Tuple, std::size_t... I>
+constexpr bool children_read_in_place(std::index_sequence<I...>) {
+  return (reads_matmul_in_place<std::tuple_element_t<I, Tuple>>() && ...);
+}
+
+template <class N>
+constexpr bool reads_matmul_in_place() {
+  if constexpr (N::n_temps == 0 || mxu::detail::matmul_info<N>::is) {
+    return true;
+  } else if constexpr (is_map_v<N>) {
+    using Ch = typename N::children;
+    return children_read_in_place<Ch>(std::make_index_sequence<std::tuple_size_v<Ch>>{});
+  } else {
+    return false;
+  }
+}
+
 template <class E>
 constexpr bool fusable() {
-  if constexpr (E::materialized || E::n_temps != 1 || !std::is_same_v<typename E::value_type, float>) {
+  if constexpr (E::materialized || E::n_temps != 1 || !std::is_same_v<typename E::value_type, float> ||
+                !reads_matmul_in_place<E>()) {
     return false;
   } else {
     using F = decltype(find_matmul<E, 0, 0, 0>());
