@@ -149,6 +149,10 @@ class device {
  private:
   device(const generation& g, double fraction)
       : gen_(&g), hbm_bytes_(g.hbm_bytes), fraction_(fraction) {}
+  ~device() {
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) std::free(p);
+  }
   static const generation& env_generation() {
     const char* e = std::getenv("XTPU_DEVICE");
     return detail::find_generation(e && *e ? e : "v5e");
