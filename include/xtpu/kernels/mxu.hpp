@@ -120,6 +120,22 @@ __attribute__((target("avx512f"))) inline void convert_run_avx512(const void* sr
     if (swap) v = _mm512_maskz_permute_ps(static_cast<__mmask16>(0xFFFF), v, 0xB1);  // 1,0,3,2,...
     _mm512_storeu_ps(dst + i, v);
   }
+  if (!swap && i < n) {  // a short run (a narrow B row): one masked vector
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    __m512i u;
+    if (bf16) {
+      alignas(32) std::uint16_t tail[16] = {};
+      std::memcpy(tail, static_cast<const std::uint16_t*>(src) + i, (n - i) * sizeof(std::uint16_t));
+      u = _mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF),
+                                  _mm512_maskz_cvtepu16_epi32(static_cast<__mmask16>(0xFFFF),
+                                                              _mm256_load_si256(reinterpret_cast<const __m256i*>(tail))),
+                                  16);
+    } else {
+      u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, static_cast<const float*>(src) + i));
+    }
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(mxu_bits16(u)));
+    return;
+  }
   for (; i < n; ++i) {
     const std::size_t j = swap ? pair_order(i, n) : i;
     const std::uint32_t u = bf16 ? std::uint32_t{static_cast<const std::uint16_t*>(src)[j]} << 16
