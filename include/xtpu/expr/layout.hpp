@@ -34,10 +34,8 @@ struct slice_node : detail::node_base<slice_node<Axis, Begin, End, C>> {
   using shape_type = detail::set_axis_t<typename C::shape_type, Axis, End - Begin>;
   static constexpr bool weak = C::weak, materialized = false;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps;
-  static constexpr std::uint64_t fingerprint = detail::combine_step(
-      detail::combine_step(detail::combine_step(detail::head_hash<op_tag::slice, value_type, shape_type>(), Axis),
-                           Begin),
-      C::fingerprint);
+  static constexpr std::uint64_t fingerprint =
+      detail::extend(detail::head_hash<op_tag::slice, value_type, shape_type>(), {Axis, Begin, C::fingerprint});
   using children = std::tuple<C>;
   C arg;
 
@@ -56,10 +54,8 @@ struct pad_node : detail::node_base<pad_node<Axis, Before, After, C>> {
   using shape_type = detail::set_axis_t<typename C::shape_type, Axis, detail::extent_v<typename C::shape_type, Axis> + Before + After>;
   static constexpr bool weak = C::weak, materialized = false;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars + 1, n_temps = C::n_temps;
-  static constexpr std::uint64_t fingerprint = detail::combine_step(
-      detail::combine_step(detail::combine_step(detail::head_hash<op_tag::pad, value_type, shape_type>(), Axis),
-                           Before),
-      C::fingerprint);
+  static constexpr std::uint64_t fingerprint =
+      detail::extend(detail::head_hash<op_tag::pad, value_type, shape_type>(), {Axis, Before, C::fingerprint});
   using children = std::tuple<C>;
   C arg;
   double value;  // the padding: a graph input, after the child's scalars in post-order
@@ -86,11 +82,8 @@ struct concat_node : detail::node_base<concat_node<Axis, C...>> {
   using offs = detail::offsets<C...>;
   static constexpr std::size_t n_leaves = offs::leaves.back(), n_scalars = offs::scalars.back(),
                                n_temps = offs::temps.back();
-  static constexpr std::uint64_t fingerprint = [] {
-    std::uint64_t h = detail::combine_step(detail::head_hash<op_tag::concat, value_type, shape_type>(), Axis);
-    for (auto f : {C::fingerprint...}) h = detail::combine_step(h, f);
-    return h;
-  }();
+  static constexpr std::uint64_t fingerprint =
+      detail::extend(detail::head_hash<op_tag::concat, value_type, shape_type>(), {Axis, C::fingerprint...});
   using children = std::tuple<C...>;
   std::tuple<C...> args;
 

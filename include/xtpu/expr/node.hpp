@@ -69,10 +69,11 @@ struct offsets {
 /// The structural part of a node's fingerprint: op, dtype, shape.
 template <op_tag Tag, class T, class Shape>
 constexpr std::uint64_t head_hash() {
-  std::uint64_t h = combine({static_cast<std::uint64_t>(Tag), static_cast<std::uint64_t>(dtype_v<T>),
-                             Shape::rank});
-  for (auto d : Shape::dims) h = combine_step(h, d);
-  return h;
+  const std::uint64_t h = combine({static_cast<std::uint64_t>(Tag), static_cast<std::uint64_t>(dtype_v<T>),
+                                   Shape::rank});
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return extend(h, {Shape::dims[I]...});
+  }(std::make_index_sequence<Shape::rank>{});
 }
 
 /// Flat index in Out -> flat index in In, where In broadcasts to Out (NumPy rule).
@@ -191,11 +192,8 @@ struct map : detail::node_base<map<Op, C...>> {
   using offs = detail::offsets<C...>;
   static constexpr std::size_t n_leaves = offs::leaves.back(), n_scalars = offs::scalars.back(),
                                n_temps = offs::temps.back();
-  static constexpr std::uint64_t fingerprint = [] {
-    std::uint64_t h = detail::head_hash<Op::tag, value_type, shape_type>();
-    for (auto f : {C::fingerprint...}) h = detail::combine_step(h, f);
-    return detail::combine_step(h, Op::param);
-  }();
+  static constexpr std::uint64_t fingerprint =
+      detail::extend(detail::head_hash<Op::tag, value_type, shape_type>(), {C::fingerprint..., Op::param});
   using children = std::tuple<C...>;
   std::tuple<C...> args;
 
@@ -220,8 +218,8 @@ struct reshape_node : detail::node_base<reshape_node<Shape, C>> {
   using shape_type = Shape;
   static constexpr bool weak = C::weak, materialized = false;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps;
-  static constexpr std::uint64_t fingerprint = detail::combine_step(
-      detail::head_hash<op_tag::reshape, value_type, Shape>(), C::fingerprint);
+  static constexpr std::uint64_t fingerprint =
+      detail::extend(detail::head_hash<op_tag::reshape, value_type, Shape>(), {C::fingerprint});
   using children = std::tuple<C>;
   C arg;
 
@@ -238,11 +236,8 @@ struct permute_node : detail::node_base<permute_node<C, Perm...>> {
   using shape_type = detail::permute_t<typename C::shape_type, Perm...>;
   static constexpr bool weak = C::weak, materialized = false;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps;
-  static constexpr std::uint64_t fingerprint = [] {
-    std::uint64_t h = detail::head_hash<op_tag::permute, value_type, shape_type>();
-    for (auto p : {Perm...}) h = detail::combine_step(h, p);
-    return detail::combine_step(h, C::fingerprint);
-  }();
+  static constexpr std::uint64_t fingerprint =
+      detail::extend(detail::head_hash<op_tag::permute, value_type, shape_type>(), {Perm..., C::fingerprint});
   using children = std::tuple<C>;
   C arg;
 
@@ -281,11 +276,9 @@ struct matmul_node : detail::node_base<matmul_node<Prec, L, R>> {
   using offs = detail::offsets<L, R>;
   static constexpr std::size_t n_leaves = offs::leaves.back(), n_scalars = offs::scalars.back(),
                                n_temps = offs::temps.back() + 1;
-  static constexpr std::uint64_t fingerprint = detail::combine_step(
-      detail::combine_step(detail::combine_step(detail::head_hash<op_tag::matmul, value_type, shape_type>(),
-                                                static_cast<std::uint64_t>(Prec)),
-                           L::fingerprint),
-      R::fingerprint);
+  static constexpr std::uint64_t fingerprint = detail::extend(
+      detail::head_hash<op_tag::matmul, value_type, shape_type>(),
+      {static_cast<std::uint64_t>(Prec), L::fingerprint, R::fingerprint});
   using children = std::tuple<L, R>;
   L lhs;
   R rhs;
@@ -315,11 +308,11 @@ struct reduce_node : detail::node_base<reduce_node<Op, Axis, C>> {
   using shape_type = std::conditional_t<Axis == all_axes, extents<>, detail::reduce_t<typename C::shape_type, Axis>>;
   static constexpr bool weak = false, materialized = true;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps + 1;
-  static constexpr std::uint64_t fingerprint = detail::combine_step(
-      detail::combine_step(detail::head_hash<Op::tag, value_type, shape_type>(),
-                           static_cast<std::uint64_t>(static_cast<std::int64_t>(
-                               Axis == all_axes ? Axis : static_cast<int>(detail::normalize_axis_v<typename C::shape_type, Axis>)))),
-      C::fingerprint);
+  static constexpr std::uint64_t fingerprint = detail::extend(
+      detail::head_hash<Op::tag, value_type, shape_type>(),
+      {static_cast<std::uint64_t>(static_cast<std::int64_t>(
+           Axis == all_axes ? Axis : static_cast<int>(detail::normalize_axis_v<typename C::shape_type, Axis>))),
+       C::fingerprint});
   using children = std::tuple<C>;
   C arg;
 

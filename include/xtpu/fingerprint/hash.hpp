@@ -42,11 +42,15 @@ constexpr std::uint64_t combine_step(std::uint64_t h, std::uint64_t w) noexcept 
   return mix64(h ^ mix64(w + 0x9E3779B97F4A7C15ull)) + 0x632BE59BD9B4E019ull;
 }
 
-/// Order-sensitive combination of 64-bit words: combine({a, b}) != combine({b, a}).
-constexpr std::uint64_t combine(std::initializer_list<std::uint64_t> words) noexcept {
-  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ words.size();
+/// h extended by words, in order (a node's fingerprint: its head, then parameters and children).
+constexpr std::uint64_t extend(std::uint64_t h, std::initializer_list<std::uint64_t> words) noexcept {
   for (std::uint64_t w : words) h = combine_step(h, w);
   return h;
+}
+
+/// Order-sensitive combination of 64-bit words: combine({a, b}) != combine({b, a}).
+constexpr std::uint64_t combine(std::initializer_list<std::uint64_t> words) noexcept {
+  return extend(0x9E3779B97F4A7C15ull ^ words.size(), words);
 }
 
 }  // namespace detail

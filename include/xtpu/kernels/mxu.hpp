@@ -85,12 +85,15 @@ constexpr blocking blocking_for(isa i) noexcept {
 
 // ---- operand conversion ------------------------------------------------------------------
 
-/// f32 bits -> the bits of the value the MXU multiplies; branch-free, equal to mxu_operand.
-constexpr std::uint32_t mxu_bits(std::uint32_t u) noexcept {
-  const std::uint32_t mag = u & 0x7FFFFFFFu, sign = u & 0x80000000u;
-  const std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-  const std::uint32_t nan = (u | 0x00400000u) & 0xFFFF0000u;
-  return mag < 0x00800000u ? sign : (mag > 0x7F800000u ? nan : rounded);
+/// f32 bits -> the bits of the value the MXU multiplies (the scalar rule, mxu_operand; the
+/// 16-lane mxu_bits16 below is its vector twin, checked against it bit for bit by test_mxu).
+inline std::uint32_t mxu_bits(std::uint32_t u) noexcept {
+  return std::bit_cast<std::uint32_t>(xtpu::detail::mxu_operand(std::bit_cast<float>(u)));
+}
+
+/// One bf16 pair from two MXU values (bf16-exact f32): `even` in the low half, `odd` high.
+constexpr std::uint32_t pair_bits(float even, float odd) noexcept {
+  return (std::bit_cast<std::uint32_t>(even) >> 16) | (std::bit_cast<std::uint32_t>(odd) & 0xFFFF0000u);
 }
 
 #if XTPU_X86
@@ -167,7 +170,7 @@ inline void convert_run(const matrix_view& v, std::size_t base, std::size_t step
 /// bf16 pairs from two runs of converted values: low half from `even`, high half from `odd`.
 inline void make_pairs(const float* even, const float* odd, std::size_t n, std::uint32_t* out) noexcept {
   for (std::size_t i = 0; i < n; ++i)
-    out[i] = (std::bit_cast<std::uint32_t>(even[i]) >> 16) | (std::bit_cast<std::uint32_t>(odd[i]) & 0xFFFF0000u);
+    out[i] = pair_bits(even[i], odd[i]);
 }
 
 // ---- packing -----------------------------------------------------------------------------
@@ -243,8 +246,7 @@ inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::si
           if (kc & 1) line[kc] = 0.0f;
           auto* o = reinterpret_cast<std::uint32_t*>(panel);
           for (std::size_t q = 0; q < slots; ++q)
-            o[q * nr + c] = (std::bit_cast<std::uint32_t>(line[2 * q]) >> 16) |
-                            (std::bit_cast<std::uint32_t>(line[2 * q + 1]) & 0xFFFF0000u);
+            o[q * nr + c] = pair_bits(line[2 * q], line[2 * q + 1]);
         }
       }
     }
