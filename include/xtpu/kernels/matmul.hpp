@@ -220,8 +220,10 @@ void matmul_node<Prec, L, R>::compute(const detail::bound& b, value_type* out, e
   const detail::operand_source<R, LB + offs::leaves[1], SB + offs::scalars[1], TB + offs::temps[1]> rhs(b);
   const isa path = kernels::active_isa();
   mxu::for_each_batch(batches, 2.0 * M * N * K, kernels::num_threads(), [&](std::size_t ob, int threads) {
-    const auto av = lhs.view(b, detail::batch_index<OS, LS>(ob));
-    const auto bv = rhs.view(b, detail::batch_index<OS, RS>(ob));
+    // the operands' batches broadcast to the result's (NumPy rule, as for elementwise ops)
+    using OB = detail::batch_dims_t<OS>;
+    const auto av = lhs.view(b, detail::broadcast_index<OB, detail::batch_dims_t<LS>>(ob));
+    const auto bv = rhs.view(b, detail::broadcast_index<OB, detail::batch_dims_t<RS>>(ob));
     thread_local std::vector<float> scratch, a, w;
     float* c = detail::out_f32(out, ob * M * N, scratch, M * N);
     if constexpr (Prec == precision::default_) {

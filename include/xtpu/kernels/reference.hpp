@@ -44,23 +44,5 @@ inline void reference_pass(const float* a, const float* b, float* c, std::size_t
   }
 }
 
-/// Flat index of a batch coordinate of Out's batch dims in Operand's (broadcast) batch dims.
-template <class Out, class Operand>
-constexpr std::size_t batch_index(std::size_t ob) noexcept {
-  constexpr std::size_t orank = Out::rank - 2, rank = Operand::rank - 2;
-  std::size_t j = 0, stride = 1, rem = ob;
-  for (std::size_t d = 0; d < orank; ++d) {
-    const std::size_t od = orank - 1 - d;  // from the innermost batch dim
-    const std::size_t coord = rem % Out::dims[od];
-    rem /= Out::dims[od];
-    if (d < rank) {
-      const std::size_t dim = Operand::dims[rank - 1 - d];
-      j += (dim == 1 ? 0 : coord) * stride;
-      stride *= dim;
-    }
-  }
-  return j;
-}
-
 }  // namespace xtpu::detail
 

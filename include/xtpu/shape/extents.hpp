@@ -134,6 +134,19 @@ struct matmul_holder {
 template <class L, class R>
 using matmul_t = to_extents_t<matmul_holder<L, R>>;
 
+/// The batch dims of a matmul operand or result: all but the last two.
+template <class S>
+struct batch_holder {
+  static constexpr auto make() {
+    dims_t<(S::rank > 2 ? S::rank - 2 : 0)> r{};
+    for (std::size_t i = 0; i < r.size(); ++i) r[i] = S::dims[i];
+    return r;
+  }
+  static constexpr auto value = make();
+};
+template <class S>
+using batch_dims_t = to_extents_t<batch_holder<S>>;
+
 // ---- reshape -----------------------------------------------------------------------------
 template <class From, class To>
 inline constexpr bool reshapeable_v = From::size == To::size;
