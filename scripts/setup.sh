@@ -8,6 +8,7 @@ packages=(
   libxtensor-dev libxsimd-dev libboost-dev          # the library's own dependencies
   libgtest-dev libbenchmark-dev                     # tests and benchmarks
   libdnnl-dev libopenblas-dev libeigen3-dev          # the peers benchmarks/bench_matmul runs next to xtpu
+  ocl-icd-opencl-dev opencl-c-headers                # what Debian's dnnl CMake config loads (only Recommended)
   "$@"                                              # extra packages a caller asks for
 )
 

@@ -1,12 +1,36 @@
 #!/usr/bin/env bash
-# Builds every test with g++ 12 and clang++ 14 (warnings are errors) and runs them with CTest.
+# Builds every test with g++ 12 and clang++ 14 (warnings are errors) and runs them with CTest,
+# then the run-time tests under ASan+UBSan and under TSan (threaded tests at 1, 2, 4, 8, 16
+# threads). Each preset has its own build tree and sets every option itself, so whatever an
+# earlier demo, benchmark or hand configure left in build/ cannot change what runs here.
+# Fails when a preset ran fewer tests than the source tree defines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs=$(nproc)
-for preset in gcc clang; do
+
+count() { find "$1" -maxdepth 1 -name "$2" | wc -l; }
+runtime=$(count tests/runtime 'test_*.cpp')
+# run-time tests + compile-fail twins (ok and ko) + examples + cross-compiler, build-flag and package tests
+full=$((runtime + 2 * $(count tests/compile_fail '*.cpp') + $(count examples '*.cpp') + 3))
+
+run_preset() {  # preset, the fewest tests it must run
+  local preset=$1 floor=$2 log="build/$1.ctest.log"
   echo "=== xtpu tests with the '$preset' preset"
   cmake --preset "$preset" -DXTPU_WERROR=ON >/dev/null
   cmake --build --preset "$preset" -j "$jobs"
-  ctest --preset "$preset" -j "$jobs"
-done
+  mkdir -p build
+  ctest --preset "$preset" -j "$jobs" 2>&1 | tee "$log"
+  local ran
+  ran=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+  if [ -z "$ran" ] || [ "$ran" -lt "$floor" ]; then
+    echo "xtpu tests: the '$preset' preset ran ${ran:-no} tests; the source tree defines at least $floor" >&2
+    exit 1
+  fi
+  echo "=== '$preset': $ran tests passed (at least $floor expected)"
+}
+
+run_preset gcc "$full"
+run_preset clang "$full"
+run_preset asan "$runtime"
+run_preset tsan "$runtime"

@@ -87,6 +87,20 @@ TEST_F(Lazy, CommonSubexpressionsRunOnceAcrossStatements) {
   }
 }
 
+TEST_F(Lazy, ADroppedChainIsDeadCodeAsAWhole) {
+  auto x = device<float, 4>(values(4, 8));
+  xtpu::tensor<float, 4> kept = x - 1.0f;
+  {
+    xtpu::tensor<float, 4> a = x * 2.0f;
+    xtpu::tensor<float, 4> b = a + 1.0f;  // reads a
+    xtpu::tensor<float, 4> c = b * b;     // reads b
+  }  // every tensor of the chain is gone: only the step itself still refers to a and b
+  xtpu::mark_step();
+  EXPECT_EQ(count("DeadStatements"), 3);
+  EXPECT_EQ(count("KernelLaunch"), 1);
+  EXPECT_EQ(host(kept)[0], double(values(4, 8)[0] - 1.0f));
+}
+
 TEST_F(Lazy, TensorDestroyedWhilePendingIsDeadCode) {
   auto x = device<float, 4>(values(4, 8));
   xtpu::tensor<float, 4> kept = x + 1.0f;

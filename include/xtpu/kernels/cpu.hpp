@@ -33,7 +33,8 @@ inline constexpr std::string_view isa_name(isa i) noexcept {
     case isa::avx2: return "avx2";
     case isa::avx512: return "avx512";
     case isa::avx512bf16: return "avx512bf16";
-    default: return "scalar";
+    case isa::scalar: return "scalar";
+    default: return "unknown";
   }
 }
 

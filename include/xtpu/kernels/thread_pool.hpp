@@ -1,17 +1,25 @@
 // xtpu/kernels/thread_pool.hpp — the persistent workers a matmul splits its tiles over.
 //
-// Provides: kernels::detail::thread_pool::run(n, f): calls f(0..n-1), one index per thread,
-// the caller running index 0; returns when all have finished. Workers are created on first
-// use, spin briefly for the next job, then sleep. A job's split never changes what any output
-// element computes (each output element is computed by exactly one thread, in k order).
+// Provides: kernels::detail::thread_pool::run(n, f): calls f(i) exactly once for every i in
+// 0..n-1 and returns when all calls have finished. The caller takes part: it claims indices
+// like any worker, so a job finishes even when every worker is busy — which is what makes
+// nested jobs (f itself calling run) and jobs from several threads at once safe. Indices are
+// claimed from one atomic counter per job, so no index runs twice whatever the timing. If some
+// f(i) throws, the indices not yet claimed are skipped and run() rethrows the first exception
+// in the caller. Workers are created on first use (up to n - 1), spin briefly for the next job
+// (steps come back to back), then sleep.
+// A job's split never changes what any output element computes (each index is a fixed piece of
+// the output, computed in k order by whichever thread claims it).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdint>
-#include <functional>
+#include <cstddef>
+#include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace xtpu::kernels::detail {
@@ -27,72 +35,129 @@ class thread_pool {
 
   template <class F>
   void run(int n, F&& f) {
-    if (n <= 1) {
+    if (n <= 0) return;
+    if (n == 1) {
       f(0);
       return;
     }
-    std::lock_guard job_lock(job_mu_);  // one job at a time (matmuls from several threads queue)
-    grow(n - 1);
-    std::function<void(int)> fn = std::ref(f);
-    job_ = &fn;
-    active_ = n - 1;
-    pending_.store(n - 1, std::memory_order_relaxed);
+    using fn_t = std::remove_reference_t<F>;
+    job j;
+    j.n = n;
+    j.fn = [](void* ctx, int i) { (*static_cast<fn_t*>(ctx))(i); };
+    j.ctx = const_cast<void*>(static_cast<const void*>(std::addressof(f)));
     {
       std::lock_guard lock(mu_);
-      generation_.fetch_add(1, std::memory_order_release);
+      grow(n - 1);
+      queue_.push_back(&j);
+      queued_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
-    f(0);
-    while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-    job_ = nullptr;
+    work_on(j);  // the caller claims indices too: progress without any free worker
+    {
+      std::unique_lock lock(mu_);
+      dequeue(&j);
+    }
+    // wait for the indices other threads claimed: spin a little, then sleep
+    for (int i = 0; i < 20000 && !finished(j); ++i) std::this_thread::yield();
+    {
+      std::unique_lock lock(mu_);
+      done_cv_.wait(lock, [&] { return finished(j) && j.holders == 0; });
+    }
+    if (j.error) std::rethrow_exception(j.error);
   }
 
   ~thread_pool() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
-      generation_.fetch_add(1);
+      stopping_.store(true, std::memory_order_relaxed);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
   }
 
  private:
+  struct job {
+    void (*fn)(void*, int) = nullptr;
+    void* ctx = nullptr;
+    int n = 0;
+    std::atomic<int> next{0};      // the next unclaimed index
+    std::atomic<int> finished{0};  // indices done (or skipped after an error)
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;      // the first exception, written once by the thread that set failed
+    int holders = 0;               // workers that may still touch this job (guarded by mu_)
+  };
+
   thread_pool() = default;
 
+  static bool finished(const job& j) noexcept { return j.finished.load(std::memory_order_acquire) == j.n; }
+
+  /// Claims and runs indices of j until none is left.
+  static void work_on(job& j) noexcept {
+    for (int i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.n;) {
+      if (!j.failed.load(std::memory_order_acquire)) {
+        try {
+          j.fn(j.ctx, i);
+        } catch (...) {
+          if (!j.failed.exchange(true, std::memory_order_acq_rel)) j.error = std::current_exception();
+        }
+      }
+      j.finished.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+
+  // the following run with mu_ held
   void grow(int n) {
-    while (static_cast<int>(workers_.size()) < n) {
-      const int index = static_cast<int>(workers_.size()) + 1;
-      const std::uint64_t seen = generation_.load(std::memory_order_acquire);  // before this job's
-      workers_.emplace_back([this, index, seen] { loop(index, seen); });
+    while (static_cast<int>(workers_.size()) < n) workers_.emplace_back([this] { loop(); });
+  }
+  void dequeue(job* j) {
+    for (auto it = queue_.begin(); it != queue_.end(); ++it)
+      if (*it == j) {
+        queue_.erase(it);
+        queued_.fetch_sub(1, std::memory_order_release);
+        return;
+      }
+  }
+  /// The oldest job with an unclaimed index (exhausted ones leave the queue), or null.
+  job* take() {
+    while (!queue_.empty()) {
+      job* j = queue_.front();
+      if (j->next.load(std::memory_order_relaxed) < j->n) {
+        ++j->holders;
+        return j;
+      }
+      dequeue(j);
     }
+    return nullptr;
   }
 
-  void loop(int index, std::uint64_t seen) {
+  void loop() {
     for (;;) {
-      // spin a little (steps come back to back), then sleep
-      for (int i = 0; i < 20000 && generation_.load(std::memory_order_acquire) == seen; ++i)
+      for (int i = 0; i < 20000 && queued_.load(std::memory_order_acquire) == 0; ++i) {
+        if (stopping_.load(std::memory_order_relaxed)) break;
         std::this_thread::yield();
-      if (generation_.load(std::memory_order_acquire) == seen) {
+      }
+      job* j = nullptr;
+      {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        cv_.wait(lock, [&] { return stop_ || (j = take()) != nullptr; });
+        if (!j) return;  // stop_
       }
-      seen = generation_.load(std::memory_order_acquire);
-      if (stop_) return;
-      if (index <= active_) {
-        (*job_)(index);
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
+      work_on(*j);
+      {
+        std::lock_guard lock(mu_);
+        --j->holders;  // after this the caller may return and j may be gone
       }
+      done_cv_.notify_all();
     }
   }
 
-  std::mutex job_mu_, mu_;
-  std::condition_variable cv_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
   std::vector<std::thread> workers_;
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  const std::function<void(int)>* job_ = nullptr;
-  int active_ = 0;
+  std::deque<job*> queue_;
+  std::atomic<int> queued_{0};
+  std::atomic<bool> stopping_{false};
   bool stop_ = false;
 };
 

@@ -212,8 +212,10 @@ class step {
     return out;
   }
 
-  /// Compiles (or finds) and runs everything pending; on an exception nothing has run and
-  /// the step stays pending.
+  /// Compiles (or finds) and runs everything pending. On an exception the step stays pending
+  /// as it was recorded: the run holds no tensor alive afterwards and every buffer it allocated
+  /// is freed, so it can be retried any number of times, after dropping pending tensors or
+  /// freeing memory.
   void run() {
     if (stmts_.empty()) return;
     auto& c = counters::get();
@@ -221,16 +223,23 @@ class step {
     try {
       run_keyed(c);
     } catch (...) {
-      signature_.resize(g0);  // the step stays pending as it was
+      for (auto& o : outputs_)  // outputs are fresh storages: nothing but this run gave them memory
+        if (o && o->owner.load(std::memory_order_relaxed) == this) o->buffer = device_buffer();
+      outputs_.clear();
+      buffers_.clear();
+      if (arena_grown_) arena_ = device_buffer();  // grown for this run: give it back
+      signature_.resize(g0);
       throw;
     }
   }
 
  private:
   void run_keyed(counters& c) {
+    arena_grown_ = false;
+    hold_live_outputs();
     std::uint64_t live_bits = 0;
     for (std::size_t i = 0; i < stmts_.size(); ++i) {
-      live_bits = combine_step(live_bits, stmts_[i].out.expired() ? 0 : 1);
+      live_bits = combine_step(live_bits, outputs_[i] ? 1 : 0);
       if (i % 64 == 63 || i + 1 == stmts_.size()) signature_.push_back(live_bits);
     }
     std::uint64_t key = static_cast<std::uint64_t>(op_tag::step);
@@ -249,6 +258,31 @@ class step {
       c.uncached.add();
     }
     execute(*p);
+  }
+
+  /// outputs_[i] = the output of statement i if it is live, else null; held for the whole run
+  /// so that the key's liveness and what runs agree. A statement is live when someone outside
+  /// the step holds its result (more references than this run's and the step's own leaves),
+  /// or when a live later statement reads it: dropping every tensor of a chain drops the chain.
+  void hold_live_outputs() {
+    const std::size_t n = stmts_.size();
+    outputs_.clear();
+    outputs_.reserve(n);
+    for (const auto& st : stmts_) outputs_.push_back(st.out.lock());
+    inner_refs_.assign(n, 0);
+    for (const auto& l : leaves_)
+      if (l->owner.load(std::memory_order_relaxed) == this) ++inner_refs_[l->producer];
+    read_by_live_.assign(n, 0);
+    for (std::size_t i = n; i-- > 0;) {
+      auto& o = outputs_[i];
+      if (o && !read_by_live_[i] && o.use_count() <= 1 + static_cast<long>(inner_refs_[i])) o.reset();
+      if (!o) continue;
+      const statement& st = stmts_[i];
+      for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
+        const storage& leaf = *leaves_[st.leaf_begin + l];
+        if (leaf.owner.load(std::memory_order_relaxed) == this) read_by_live_[leaf.producer] = 1;
+      }
+    }
   }
 
   std::uint64_t wire(const storage& s) {
@@ -284,7 +318,7 @@ class step {
     // 1. number every kernel's value (common subexpressions get one number) and its lifetime
     for (std::size_t s = 0; s < stmts_.size(); ++s) {
       const statement& st = stmts_[s];
-      if (st.out.expired()) {
+      if (!outputs_[s]) {  // nobody can see the result
         c.dead.add();
         continue;
       }
@@ -396,26 +430,24 @@ class step {
     auto& c = counters::get();
     time_sample t{c.execute_time};
     // 1. every allocation first: a throw here leaves the step pending and intact
-    outputs_.clear();
-    outputs_.reserve(p.stmts.size());
     auto& buffers = buffers_;
     buffers.clear();
     for (const auto& sp : p.stmts) {
       const statement& st = stmts_[sp.stmt];
-      outputs_.push_back(st.out.lock());
       buffers.emplace_back(st.kernels[st.n_kernels - 1].bytes, "step output");
     }
     if (arena_.bytes() < p.arena_bytes) {
+      arena_grown_ = true;
       arena_ = device_buffer();
       arena_ = device_buffer(p.arena_bytes, "step arena (temporaries)");
     }
-    for (std::size_t i = 0; i < outputs_.size(); ++i) outputs_[i]->buffer = std::move(buffers[i]);
+    for (std::size_t i = 0; i < p.stmts.size(); ++i) output(p, i).buffer = std::move(buffers[i]);
     buffers.clear();
     // 2. run
     auto* arena = static_cast<std::byte*>(arena_.data());
     auto where = [&](const plan::loc& l) -> void* {
       if (l.arena >= 0) return static_cast<void*>(arena + l.arena);
-      return l.output >= 0 ? outputs_[static_cast<std::size_t>(l.output)]->buffer.data() : nullptr;
+      return l.output >= 0 ? output(p, static_cast<std::size_t>(l.output)).buffer.data() : nullptr;
     };
     for (std::size_t i = 0; i < p.stmts.size(); ++i) {
       const auto& sp = p.stmts[i];
@@ -425,7 +457,7 @@ class step {
       temp_ptrs_.resize(st.n_kernels - 1);
       for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) temp_ptrs_[k] = where(p.temps[sp.temp_begin + k]);
       const bound b{leaf_ptrs_.data(), scalars_.data() + st.scalar_begin, temp_ptrs_.data()};
-      void* out = outputs_[i]->buffer.data();
+      void* out = output(p, i).buffer.data();
       for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
         const plan::op& op = p.ops[o];
         const kernel_desc& kd = op.fused ? st.fused[0] : st.kernels[op.kernel];
@@ -442,10 +474,11 @@ class step {
       c.mxu_cycles.add(static_cast<std::int64_t>(p.mxu.cycles));
       c.mxu_utilization.add_sample(100.0 * p.mxu.utilization());
     }
-    for (auto& o : outputs_) o->owner.store(nullptr, std::memory_order_release);
-    outputs_.clear();
+    for (const auto& sp : p.stmts) outputs_[sp.stmt]->owner.store(nullptr, std::memory_order_release);
     forget();
   }
+  /// The output of the plan's i-th live statement (held in outputs_ by run_keyed).
+  storage& output(const plan& p, std::size_t i) const noexcept { return *outputs_[p.stmts[i].stmt]; }
 
   /// The thread ends with statements pending: their values will never exist.
   void abandon() noexcept {
@@ -470,10 +503,13 @@ class step {
   std::unordered_map<const storage*, std::uint32_t> externals_;
   std::uint32_t n_external_ = 0;
   // scratch, reused across steps
-  std::vector<std::shared_ptr<storage>> outputs_;
+  std::vector<std::shared_ptr<storage>> outputs_;  // per statement, while a run is under way (null: dead)
   std::vector<const void*> leaf_ptrs_, temp_ptrs_;
+  std::vector<std::uint32_t> inner_refs_;  // per statement: the step's own leaves holding its output
+  std::vector<char> read_by_live_;         // per statement: a live later statement reads it
   std::vector<device_buffer> buffers_;
   device_buffer arena_;
+  bool arena_grown_ = false;  // this run replaced the arena
 };
 
 }  // namespace xtpu::detail

@@ -3,7 +3,8 @@
 // Provides: tensor<T, Dims...> (T: float, bf16, int32, bool; ranks 0..6; static shape, rank,
 // size), zeros/ones/full<T, Dims...>, random::normal<T, Dims...>(seed, mean, stddev),
 // from_host (xt::xtensor_fixed: shape checked at compile time; xt::xarray: at run time),
-// tensor::to_host, tensor::item, operator<< — the last three are sync points.
+// tensor::to_host (xt::xtensor_fixed up to 256 KiB, heap-backed xt::xtensor above: any size),
+// tensor::item, operator<< — the last three are sync points.
 // Shape rule: a tensor accepts an expression of exactly its shape and dtype (E102, E205).
 // Errors: E105/E106/E201 (bad tensor type), E102, E205, E401 (item on more than one element),
 // E501 (to_host into a wrong-shaped xtensor_fixed), E502 (host element type differs);
@@ -23,6 +24,7 @@
 
 #include <xtensor/xarray.hpp>
 #include <xtensor/xfixed.hpp>
+#include <xtensor/xtensor.hpp>
 
 #include "xtpu/expr/generators.hpp"
 #include "xtpu/expr/ops.hpp"
@@ -38,6 +40,14 @@ struct tensor_checks {
 
 template <class T>
 struct host_array;
+
+/// Host copies up to this size are xt::xtensor_fixed (on the stack, no allocation); larger
+/// ones are heap-backed xt::xtensor, so a copy of any size fits any thread's stack.
+inline constexpr std::size_t host_fixed_limit = std::size_t{256} << 10;
+
+template <class T, std::size_t... Dims>
+using host_t = std::conditional_t<(sizeof(T) * (Dims * ... * std::size_t{1}) <= host_fixed_limit),
+                                  xt::xtensor_fixed<T, xt::xshape<Dims...>>, xt::xtensor<T, sizeof...(Dims)>>;
 
 /// Runs what is pending (a sync point) and times the copy out.
 inline void sync() {
@@ -58,7 +68,8 @@ class tensor : detail::tensor_checks<T, Dims...> {
  public:
   using value_type = T;
   using shape_type = extents<Dims...>;
-  using host_type = xt::xtensor_fixed<T, xt::xshape<Dims...>>;
+  /// What to_host() returns: xt::xtensor_fixed up to 256 KiB, xt::xtensor (heap) above.
+  using host_type = detail::host_t<T, Dims...>;
   using xtpu_tensor = void;
   static constexpr std::size_t rank = sizeof...(Dims);
   static constexpr std::size_t size = shape_type::size;
@@ -94,9 +105,11 @@ class tensor : detail::tensor_checks<T, Dims...> {
   template <class U>
   tensor(const detail::host_array<U>& h);
 
-  /// The value on the host (a sync point).
+  /// The value on the host (a sync point); see host_type.
   host_type to_host() const {
     host_type out;
+    if constexpr (!std::is_same_v<host_type, xt::xtensor_fixed<T, xt::xshape<Dims...>>>)
+      out.resize({Dims...});
     read_into(out.data());
     return out;
   }
