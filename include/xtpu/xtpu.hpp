@@ -10,6 +10,7 @@
 #include "xtpu/dtype/check.hpp"
 #include "xtpu/dtype/dtype.hpp"
 #include "xtpu/error.hpp"
+#include "xtpu/settings.hpp"
 #include "xtpu/expr/composite.hpp"
 #include "xtpu/expr/generators.hpp"
 #include "xtpu/expr/layout.hpp"

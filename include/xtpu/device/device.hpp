@@ -3,7 +3,8 @@
 // Provides: xtpu::generation (the DESIGN.md §5 table), xtpu::device (the current emulated
 // chip: XTPU_DEVICE = v4 | v5e | v5p | v6e | v7, default v5e; XTPU_MEMORY_FRACTION, default
 // 0.9), and detail::device_buffer, an owning, 64-byte aligned, HBM-accounted allocation.
-// Errors: device_not_available (unknown XTPU_DEVICE), out_of_memory (an allocation past
+// Errors: device_not_available (unknown XTPU_DEVICE), config_error (XTPU_MEMORY_FRACTION or
+// set_memory_fraction outside (0, 1]; settings.hpp's rule), out_of_memory (an allocation past
 // memory_fraction × HBM; the message names the request and the largest live buffers, and
 // nothing already allocated is touched).
 #pragma once
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "xtpu/error.hpp"
+#include "xtpu/settings.hpp"
 
 namespace xtpu {
 
@@ -58,13 +60,14 @@ inline std::string format_bytes(std::uint64_t b) {
   else os << b << " B";
   return os.str();
 }
+inline constexpr settings::setting device_setting{"device", "XTPU_DEVICE"};
+inline constexpr settings::setting fraction_setting{"memory_fraction", "XTPU_MEMORY_FRACTION"};
+
+/// The generation called `name`; device_not_available naming the valid ones otherwise.
 inline const generation& find_generation(std::string_view name) {
-  for (const auto& g : generations)
-    if (g.name == name) return g;
-  std::string valid;
-  for (const auto& g : generations) valid += (valid.empty() ? "" : ", ") + std::string(g.name);
-  throw device_not_available("xtpu: unknown TPU generation '" + std::string(name) +
-                             "' (XTPU_DEVICE); valid: " + valid);
+  std::array<std::string_view, generations.size()> names{};
+  for (std::size_t i = 0; i < generations.size(); ++i) names[i] = generations[i].name;
+  return generations[settings::choice<device_not_available>(device_setting, name, names)];
 }
 }  // namespace detail
 
@@ -81,11 +84,8 @@ class device {
   /// Overrides the chip's HBM size (e.g. the seeds' 128 GB v7).
   void set_hbm_bytes(std::uint64_t b) noexcept { hbm_bytes_.store(b); }
   double memory_fraction() const noexcept { return fraction_.load(); }
-  void set_memory_fraction(double f) {
-    if (!(f > 0.0 && f <= 1.0))
-      throw error("xtpu: memory_fraction must be in (0, 1], got " + std::to_string(f));
-    fraction_.store(f);
-  }
+  /// config_error unless 0 < f <= 1.
+  void set_memory_fraction(double f) { fraction_.store(settings::real(detail::fraction_setting, f, 0.0, 1.0)); }
   /// memory_fraction × HBM: what allocations may use in all.
   std::uint64_t capacity() const noexcept {
     return static_cast<std::uint64_t>(static_cast<double>(hbm_bytes()) * memory_fraction());
@@ -154,13 +154,11 @@ class device {
       for (void* p : blocks) std::free(p);
   }
   static const generation& env_generation() {
-    const char* e = std::getenv("XTPU_DEVICE");
-    return detail::find_generation(e && *e ? e : "v5e");
+    return detail::find_generation(settings::from_env(detail::device_setting).value_or("v5e"));
   }
   static double env_fraction() {
-    const char* e = std::getenv("XTPU_MEMORY_FRACTION");
-    const double f = e && *e ? std::strtod(e, nullptr) : 0.9;
-    return f > 0.0 && f <= 1.0 ? f : 0.9;
+    const auto e = settings::from_env(detail::fraction_setting);
+    return e ? settings::real(detail::fraction_setting, *e, 0.0, 1.0) : 0.9;
   }
   static std::size_t block_size(std::size_t bytes) noexcept { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
   void deallocate_accounting(std::size_t bytes) noexcept {

@@ -4,18 +4,23 @@
 // active_isa, set_isa, num_threads, set_num_threads}. The path is chosen at run time from
 // CPUID (and the OS's XSAVE state), never from the compile flags, so an -O0, an
 // -march=x86-64 and an -march=native build run the same code. XTPU_ISA forces a path
-// (scalar | avx2 | avx512 | avx512bf16); XTPU_NUM_THREADS sets the thread count (default:
-// all cores). Every path gives the same bits (DESIGN.md §4).
-// Errors: xtpu::error when a forced path is not supported by this CPU.
+// (scalar | avx2 | avx512 | avx512bf16); XTPU_NUM_THREADS sets the thread count, 1 to
+// max_threads (default: all cores). Every path gives the same bits (DESIGN.md §4).
+// Errors: config_error (settings.hpp's rule) for an unknown path, a path this CPU cannot run,
+// or a thread count out of range — from the environment at start-up or from a setter.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "xtpu/error.hpp"
+#include "xtpu/settings.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -39,6 +44,11 @@ inline constexpr std::string_view isa_name(isa i) noexcept {
 }
 
 namespace kernels {
+
+/// The most threads a matmul may be given (XTPU_NUM_THREADS, set_num_threads).
+inline constexpr int max_threads = 256;
+
+inline bool supported(isa i) noexcept;
 
 namespace detail {
 struct cpu_features {
@@ -72,10 +82,25 @@ inline const cpu_features& features() noexcept {
   return f;
 }
 
+inline constexpr settings::setting isa_setting{"isa", "XTPU_ISA"};
+inline constexpr settings::setting threads_setting{"num_threads", "XTPU_NUM_THREADS"};
+inline constexpr std::array<isa, 4> all_isas{isa::scalar, isa::avx2, isa::avx512, isa::avx512bf16};
+
+/// i, if this CPU runs it; else the setting's error, listing the paths it does run.
+inline isa require_supported(isa i) {
+  if (!supported(i)) {
+    std::vector<std::string_view> ok;
+    for (isa j : all_isas)
+      if (supported(j)) ok.push_back(isa_name(j));
+    settings::invalid(isa_setting, isa_name(i), settings::one_of(ok) + " (the paths this CPU runs)");
+  }
+  return i;
+}
+
 inline isa parse_isa(std::string_view s) {
-  for (isa i : {isa::scalar, isa::avx2, isa::avx512, isa::avx512bf16})
-    if (s == isa_name(i)) return i;
-  throw error("xtpu: XTPU_ISA='" + std::string(s) + "' is not one of scalar, avx2, avx512, avx512bf16");
+  std::array<std::string_view, all_isas.size()> names{};
+  for (std::size_t i = 0; i < all_isas.size(); ++i) names[i] = isa_name(all_isas[i]);
+  return require_supported(all_isas[settings::choice(isa_setting, s, names)]);
 }
 
 /// The default path: the widest the CPU has. Where both AVX-512 paths exist they are
@@ -88,18 +113,17 @@ inline isa best_isa() noexcept {
 
 inline std::atomic<int>& isa_cell() {
   static std::atomic<int> cell{[] {
-    const char* e = std::getenv("XTPU_ISA");
-    return static_cast<int>(e && *e ? parse_isa(e) : best_isa());
+    const auto e = settings::from_env(isa_setting);
+    return static_cast<int>(e ? parse_isa(*e) : best_isa());
   }()};
   return cell;
 }
 
 inline std::atomic<int>& threads_cell() {
   static std::atomic<int> cell{[] {
-    const char* e = std::getenv("XTPU_NUM_THREADS");
-    const long n = e && *e ? std::strtol(e, nullptr, 10) : 0;
+    if (const auto e = settings::from_env(threads_setting)) return static_cast<int>(settings::integer(threads_setting, *e, 1, max_threads));
     const unsigned hw = std::thread::hardware_concurrency();
-    return static_cast<int>(n > 0 ? n : (hw > 0 ? hw : 1));
+    return static_cast<int>(std::clamp<unsigned>(hw, 1, max_threads));
   }()};
   return cell;
 }
@@ -118,22 +142,16 @@ inline bool supported(isa i) noexcept {
 }
 
 /// The path matmuls run on (XTPU_ISA, else the widest supported).
-inline isa active_isa() {
-  const isa i = static_cast<isa>(detail::isa_cell().load());
-  if (!supported(i))
-    throw error("xtpu: the '" + std::string(isa_name(i)) + "' kernel path is not supported by this CPU");
-  return i;
-}
-/// Forces a path (what XTPU_ISA does at start-up); throws if the CPU cannot run it.
-inline void set_isa(isa i) {
-  if (!supported(i))
-    throw error("xtpu: the '" + std::string(isa_name(i)) + "' kernel path is not supported by this CPU");
-  detail::isa_cell().store(static_cast<int>(i));
-}
+inline isa active_isa() { return detail::require_supported(static_cast<isa>(detail::isa_cell().load())); }
+/// Forces a path (what XTPU_ISA does at start-up); config_error if the CPU cannot run it.
+inline void set_isa(isa i) { detail::isa_cell().store(static_cast<int>(detail::require_supported(i))); }
 
 /// Threads a matmul may use (XTPU_NUM_THREADS, else all cores).
-inline int num_threads() noexcept { return detail::threads_cell().load(); }
-inline void set_num_threads(int n) noexcept { detail::threads_cell().store(n > 0 ? n : 1); }
+inline int num_threads() { return detail::threads_cell().load(); }
+/// config_error unless 1 <= n <= max_threads.
+inline void set_num_threads(int n) {
+  detail::threads_cell().store(static_cast<int>(settings::integer(detail::threads_setting, n, 1, max_threads)));
+}
 
 }  // namespace kernels
 }  // namespace xtpu

@@ -13,7 +13,8 @@
 // once across statements, temps packed into one arena by lifetime) and times it as
 // CompileTime; a hit only binds buffers and scalars. All output memory is allocated before any
 // kernel runs, so an out_of_memory leaves the step pending and nothing lost.
-// Errors: sync_error (reading a tensor pending in another thread's step).
+// Errors: sync_error (reading a tensor pending in another thread's step); config_error for a
+// bad XTPU_* setting (settings::check_environment, run by the first step or tensor).
 #pragma once
 
 #include <chrono>
@@ -32,6 +33,7 @@
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/lazy/program.hpp"
 #include "xtpu/metrics/metrics.hpp"
+#include "xtpu/settings.hpp"
 
 namespace xtpu::detail {
 
@@ -134,11 +136,15 @@ class plan_cache {
     std::lock_guard lock(mu_);
     return lru_.size();
   }
+  /// config_error unless 1 <= n <= max_plans.
   void set_capacity(std::size_t n) {
+    const auto checked = settings::integer(cache_setting, static_cast<std::int64_t>(std::min<std::size_t>(n, INT64_MAX)), 1, max_plans);
     std::lock_guard lock(mu_);
-    capacity_ = n == 0 ? 1 : n;
+    capacity_ = static_cast<std::size_t>(checked);
     trim();
   }
+  static constexpr settings::setting cache_setting{"plan_cache_capacity", "XTPU_CACHE_SIZE"};
+  static constexpr std::int64_t max_plans = 1'000'000;
   void clear() {
     std::lock_guard lock(mu_);
     lru_.clear();
@@ -152,9 +158,8 @@ class plan_cache {
     std::shared_ptr<const plan> compiled;
   };
   plan_cache() {
-    const char* e = std::getenv("XTPU_CACHE_SIZE");
-    const long n = e && *e ? std::strtol(e, nullptr, 10) : 1024;
-    capacity_ = n > 0 ? static_cast<std::size_t>(n) : 1024;
+    const auto e = settings::from_env(cache_setting);
+    capacity_ = e ? static_cast<std::size_t>(settings::integer(cache_setting, *e, 1, max_plans)) : 1024;
   }
   void trim() {
     while (lru_.size() > capacity_) {
@@ -168,6 +173,26 @@ class plan_cache {
   std::size_t capacity_ = 1024;
 };
 
+}  // namespace xtpu::detail
+
+namespace xtpu::settings {
+/// Reads and checks every XTPU_* variable (settings.hpp's rule); the first bad one throws, and
+/// keeps throwing until it is fixed. The first tensor or step of a program calls it, so a bad
+/// setting fails at start-up, not inside the first matmul.
+inline void check_environment() {
+  static const bool checked = [] {
+    (void)device::current();  // XTPU_DEVICE, XTPU_MEMORY_FRACTION
+    (void)kernels::detail::isa_cell();
+    (void)kernels::detail::threads_cell();
+    (void)xtpu::detail::plan_cache::instance();  // XTPU_CACHE_SIZE
+    return true;
+  }();
+  (void)checked;
+}
+}  // namespace xtpu::settings
+
+namespace xtpu::detail {
+
 class step {
  public:
   step() = default;
@@ -176,6 +201,7 @@ class step {
   ~step() { abandon(); }
 
   static step& this_thread() {
+    settings::check_environment();
     thread_local step s;
     return s;
   }

@@ -77,6 +77,7 @@ class tensor : detail::tensor_checks<T, Dims...> {
 
   /// Zeros, on the device at once.
   tensor() : storage_(std::make_shared<detail::storage>()) {
+    settings::check_environment();
     storage_->buffer = detail::device_buffer(bytes, "tensor");
     std::memset(storage_->buffer.data(), 0, bytes);
   }
@@ -157,6 +158,7 @@ class tensor : detail::tensor_checks<T, Dims...> {
   friend tensor<U, D...> from_host(const xt::xtensor_fixed<U, xt::xshape<D...>>& h);
   struct materialized_tag {};
   tensor(materialized_tag, const void* src) : storage_(std::make_shared<detail::storage>()) {
+    settings::check_environment();
     detail::time_sample t{detail::counters::get().to_device};
     storage_->buffer = detail::device_buffer(bytes, "from_host");
     std::memcpy(storage_->buffer.data(), src, bytes);

@@ -1,0 +1,128 @@
+// xtpu/settings.hpp — the one rule every run-time setting is checked by.
+//
+// Provides: xtpu::config_error; xtpu::settings::{setting, invalid, integer, real, choice, one_of,
+// from_env}; lazy/step.hpp adds settings::check_environment() (every variable at once).
+// A setting has a name (what `xtpu::...` setters call it), an environment variable and a valid
+// range. Its value — from the environment at start-up, or from a setter — is checked here,
+// and a bad one is one typed error naming the setting, the variable, the bad value and the
+// valid range:
+//   xtpu: XTPU_NUM_THREADS='0' is not valid for num_threads: expected an integer in [1, 256]
+// The settings today (docs/settings.md): XTPU_DEVICE, XTPU_MEMORY_FRACTION, XTPU_ISA,
+// XTPU_NUM_THREADS, XTPU_CACHE_SIZE.
+// Errors: config_error (every setting but XTPU_DEVICE), device_not_available (XTPU_DEVICE).
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "xtpu/error.hpp"
+
+namespace xtpu {
+
+/// A setting (environment variable or setter) with a value outside its valid range.
+class config_error : public error {
+  using error::error;
+};
+
+namespace settings {
+
+/// What a setting is called: by its setter and in the environment.
+struct setting {
+  std::string_view name, env;
+};
+
+/// Throws the error for a bad value of `s` (the one place its message is written).
+template <class Error = config_error>
+[[noreturn]] void invalid(const setting& s, std::string_view value, std::string_view valid) {
+  std::ostringstream os;
+  os << "xtpu: " << s.env << "='" << value << "' is not valid for " << s.name << ": expected " << valid;
+  throw Error(os.str());
+}
+
+namespace detail {
+inline std::string integer_range(std::int64_t lo, std::int64_t hi) {
+  return "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+}
+inline std::string real_range(double lo, double hi, bool lo_open) {
+  std::ostringstream os;
+  os << "a number in " << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+  return os.str();
+}
+inline bool in_range(double v, double lo, double hi, bool lo_open) {
+  return (lo_open ? v > lo : v >= lo) && v <= hi;  // NaN is in no range
+}
+}  // namespace detail
+
+/// The environment variable's text, if it is set and not empty.
+inline std::optional<std::string_view> from_env(const setting& s) {
+  const char* e = std::getenv(std::string(s.env).c_str());
+  if (e == nullptr || *e == '\0') return std::nullopt;
+  return std::string_view(e);
+}
+
+/// An integer in [lo, hi] given to a setter.
+inline std::int64_t integer(const setting& s, std::int64_t v, std::int64_t lo, std::int64_t hi) {
+  if (v < lo || v > hi) invalid(s, std::to_string(v), detail::integer_range(lo, hi));
+  return v;
+}
+/// An integer in [lo, hi] from text, all of it ("8x", " 8", "abc" are errors).
+inline std::int64_t integer(const setting& s, std::string_view text, std::int64_t lo, std::int64_t hi) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || v < lo || v > hi)
+    invalid(s, text, detail::integer_range(lo, hi));
+  return v;
+}
+
+/// A real number in (lo, hi] (`lo_open`, the default) or [lo, hi], given to a setter.
+inline double real(const setting& s, double v, double lo, double hi, bool lo_open = true) {
+  if (!detail::in_range(v, lo, hi, lo_open)) {
+    std::ostringstream value;
+    value << v;
+    invalid(s, value.str(), detail::real_range(lo, hi, lo_open));
+  }
+  return v;
+}
+/// The same from text, all of it.
+inline double real(const setting& s, std::string_view text, double lo, double hi, bool lo_open = true) {
+  const std::string t(text);
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || end != t.c_str() + t.size() || !detail::in_range(v, lo, hi, lo_open))
+    invalid(s, text, detail::real_range(lo, hi, lo_open));
+  return v;
+}
+
+/// "one of a, b, c"
+template <class Range>
+std::string one_of(const Range& choices) {
+  std::string valid = "one of ";
+  std::size_t i = 0;
+  for (std::string_view c : choices) valid += (i++ ? ", " : "") + std::string(c);
+  return valid;
+}
+
+/// One of `choices` (listed in the error); returns its position.
+template <class Error = config_error, class Range>
+std::size_t choice(const setting& s, std::string_view text, const Range& choices) {
+  std::size_t i = 0;
+  for (std::string_view c : choices) {
+    if (c == text) return i;
+    ++i;
+  }
+  invalid<Error>(s, text, one_of(choices));
+}
+template <class Error = config_error>
+std::size_t choice(const setting& s, std::string_view text, std::initializer_list<std::string_view> choices) {
+  return choice<Error, std::initializer_list<std::string_view>>(s, text, choices);
+}
+
+}  // namespace settings
+}  // namespace xtpu
