@@ -3,7 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
 #include <sstream>
+#include <vector>
+
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xview.hpp>
 
 TEST(Interop, FixedRoundTripIsATransfer) {
   xtpu::metrics::reset();
@@ -61,4 +66,37 @@ TEST(Interop, DefaultTensorIsZeros) {
   xtpu::tensor<float, 3> z;
   EXPECT_FALSE(z.pending());
   EXPECT_EQ(z.to_host()(2), 0.0f);
+}
+
+TEST(Interop, PointerAndSpanAreCheckedAtRunTime) {
+  std::vector<float> v{1, 2, 3, 4, 5, 6};
+  xtpu::tensor<float, 2, 3> a = xtpu::from_host<float, 2, 3>(v.data(), v.size());
+  EXPECT_FALSE(a.pending());
+  EXPECT_EQ(a.to_host()(1, 2), 6.0f);
+  auto b = xtpu::from_host<float, 3, 2>(std::span<const float>(v));
+  EXPECT_EQ(b.to_host()(2, 0), 5.0f);
+  try {
+    (void)xtpu::from_host<float, 2, 2>(v.data(), v.size());
+    ADD_FAILURE() << "expected shape_error";
+  } catch (const xtpu::shape_error& e) {
+    EXPECT_STREQ(e.what(), "xtpu: from_host: expected 4 elements for shape (2, 2), got 6");
+  }
+}
+
+TEST(Interop, AdaptViewsAndXtensorsOfAnyLayout) {
+  std::vector<float> v{1, 2, 3, 4, 5, 6};
+  // a non-owning view of the vector (an rvalue: the proxy holds the view, not a dangling pointer)
+  xtpu::tensor<float, 2, 3> rm = xtpu::from_host(xt::adapt(v, std::vector<std::size_t>{2, 3}));
+  EXPECT_EQ(rm.to_host()(1, 0), 4.0f);
+  // column-major memory: copied to row-major order on the way
+  xtpu::tensor<float, 2, 3> cm =
+      xtpu::from_host(xt::adapt<xt::layout_type::column_major>(v, std::vector<std::size_t>{2, 3}));
+  EXPECT_EQ(cm.to_host()(1, 0), 2.0f);
+  EXPECT_EQ(cm.to_host()(0, 1), 3.0f);
+  const xt::xtensor<float, 2> t = {{7, 8}, {9, 10}};
+  xtpu::tensor<float, 2, 2> x = xtpu::from_host(t);
+  EXPECT_EQ(x.to_host()(1, 1), 10.0f);
+  xtpu::tensor<float, 2> col = xtpu::from_host(xt::view(t, xt::all(), 1));  // a strided view
+  EXPECT_EQ(col.to_host()(1), 10.0f);
+  EXPECT_THROW((xtpu::tensor<float, 3, 2>(xtpu::from_host(t))), xtpu::shape_error);
 }

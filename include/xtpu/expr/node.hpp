@@ -11,8 +11,10 @@
 //   fuses into its consumer's loop),
 //   load<LB, SB, TB>(bound, i): the element at flat index i, reading leaves, scalars and
 //   materialized children from a detail::bound at base offsets LB, SB, TB;
-// and at run time only what is captured: leaves hold the tensor's storage (shared, so an
-// expression never dangles), scalars their value. collect() hands both to the recorder in
+// and at run time only what is captured: leaves hold a named tensor by address and a temporary
+// one by value (xtensor's closure rule: an expression must not outlive the named tensors it
+// reads; docs/lifetimes.md, and XTPU_CHECKED_LIFETIMES makes that an error), scalars their
+// value. collect() hands the tensors' storage and the scalars to the recorder in
 // post-order, the same order the offsets count in.
 #pragma once
 
@@ -21,14 +23,19 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <tuple>
+#include <unordered_map>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "xtpu/dtype/check.hpp"
 #include "xtpu/dtype/dtype.hpp"
+#include "xtpu/error.hpp"
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/shape/check.hpp"
 #include "xtpu/shape/extents.hpp"
@@ -36,7 +43,7 @@
 namespace xtpu {
 
 namespace detail {
-struct storage;  // lazy/storage.hpp: a device buffer plus the lazy runtime's bookkeeping
+struct storage;  // lazy/step.hpp: a device buffer plus the lazy runtime's bookkeeping
 
 /// What a kernel reads at run time (post-order arrays of the statement being executed).
 struct bound {
@@ -100,6 +107,42 @@ constexpr std::size_t broadcast_index(std::size_t i) noexcept {
   }
 }
 
+/// Every tensor object carries one (a base). In a checked build (XTPU_CHECKED_LIFETIMES
+/// defined) each tensor object gets a serial number and the set of live ones is kept, so
+/// recording an expression that refers to a destroyed tensor — even one whose address a newer
+/// tensor reuses — is an xtpu::error instead of a read of freed memory (docs/lifetimes.md).
+/// Otherwise it is empty and does nothing.
+struct lifetime_mark {
+#ifdef XTPU_CHECKED_LIFETIMES
+  lifetime_mark() : serial_(next()) { table(this, serial_); }
+  lifetime_mark(const lifetime_mark&) : lifetime_mark() {}
+  lifetime_mark& operator=(const lifetime_mark&) noexcept { return *this; }
+  ~lifetime_mark() { table(this, 0); }
+  std::uint64_t lifetime_serial() const noexcept { return serial_; }
+  /// Whether the tensor object that had `serial` when captured is still the one at m.
+  static bool alive(const lifetime_mark* m, std::uint64_t serial) { return table(m, std::nullopt) == serial; }
+
+ private:
+  static std::uint64_t next() {
+    static std::atomic<std::uint64_t> n{0};
+    return ++n;
+  }
+  /// Looks up m (no value) or records it (a serial; 0 removes it); returns m's serial, 0 if none.
+  static std::uint64_t table(const lifetime_mark* m, std::optional<std::uint64_t> set) {
+    static std::mutex mu;
+    static std::unordered_map<const lifetime_mark*, std::uint64_t> live;
+    std::lock_guard lock(mu);
+    if (set && *set) return live[m] = *set;
+    if (set) return live.erase(m), 0;
+    const auto it = live.find(m);
+    return it == live.end() ? 0 : it->second;
+  }
+  std::uint64_t serial_;
+#else
+  static constexpr bool alive(const lifetime_mark*, std::uint64_t) noexcept { return true; }
+#endif
+};
+
 template <class D>
 struct node_base {
   using xtpu_node = void;
@@ -129,6 +172,7 @@ struct leaf : detail::node_base<leaf<Tensor, Owned>> {
   static constexpr std::uint64_t fingerprint = detail::head_hash<op_tag::leaf, value_type, shape_type>();
   using children = std::tuple<>;
   std::conditional_t<Owned, Tensor, const Tensor*> held;
+  std::uint64_t serial = 0;  // the held tensor's lifetime serial (checked builds; else 0)
 
   constexpr const Tensor& tensor() const noexcept {
     if constexpr (Owned) return held;
@@ -138,7 +182,16 @@ struct leaf : detail::node_base<leaf<Tensor, Owned>> {
   static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
     return load_as<value_type>(static_cast<const value_type*>(b.leaves[LB])[i]);
   }
-  void collect(detail::recorder& r) const { r.leaves->push_back(tensor().storage_ptr()); }
+  void collect(detail::recorder& r) const {
+    if constexpr (!Owned) {
+      if (!detail::lifetime_mark::alive(held, serial))  // a derived-to-base conversion: held is not read
+        throw error("xtpu: an expression refers to a tensor that no longer exists (it was captured by reference "
+                    "and went out of scope first); see docs/lifetimes.md");
+    }
+    const auto& s = tensor().storage_ptr();
+    if (!s) throw error("xtpu: an expression reads a moved-from tensor");
+    r.leaves->push_back(s);
+  }
 };
 
 /// A C++ scalar: a run-time graph input (changing it never recompiles), weakly typed.
@@ -356,7 +409,11 @@ template <class X>
 constexpr auto as_node(X&& x) {
   using D = std::remove_cvref_t<X>;
   if constexpr (tensor_like<D>) {
+#ifdef XTPU_CHECKED_LIFETIMES
+    if constexpr (std::is_lvalue_reference_v<X>) return leaf<D, false>{{}, &x, x.lifetime_serial()};
+#else
     if constexpr (std::is_lvalue_reference_v<X>) return leaf<D, false>{{}, &x};
+#endif
     else return leaf<D, true>{{}, std::move(x)};
   } else if constexpr (node<D>) {
     return D(std::forward<X>(x));

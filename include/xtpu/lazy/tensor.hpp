@@ -2,13 +2,15 @@
 //
 // Provides: tensor<T, Dims...> (T: float, bf16, int32, bool; ranks 0..6; static shape, rank,
 // size), zeros/ones/full<T, Dims...>, random::normal<T, Dims...>(seed, mean, stddev),
-// from_host (xt::xtensor_fixed: shape checked at compile time; xt::xarray: at run time),
+// from_host (xt::xtensor_fixed: shape checked at compile time; xt::xarray, xt::xtensor, an
+// xt::adapt view, a pointer + length or a span: at run time),
 // tensor::to_host (xt::xtensor_fixed up to 256 KiB, heap-backed xt::xtensor above: any size),
 // tensor::item, operator<< — the last three are sync points.
 // Shape rule: a tensor accepts an expression of exactly its shape and dtype (E102, E205).
 // Errors: E105/E106/E201 (bad tensor type), E102, E205, E401 (item on more than one element),
-// E501 (to_host into a wrong-shaped xtensor_fixed), E502 (host element type differs);
-// shape_error (xt::xarray of the wrong run-time shape), sync_error.
+// E501 (to_host into a wrong-shaped xtensor_fixed), E502 (host element type differs), E503 (a
+// run-time-shaped from_host proxy kept instead of converted); shape_error (host data of the
+// wrong run-time shape or length), sync_error.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <ostream>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -38,8 +41,9 @@ struct tensor_checks {
   static_assert((check::element<T>(), check::extents_valid<Dims...>(), true));
 };
 
-template <class T>
+template <class E>
 struct host_array;
+struct host_transfer;
 
 /// Host copies up to this size are xt::xtensor_fixed (on the stack, no allocation); larger
 /// ones are heap-backed xt::xtensor, so a copy of any size fits any thread's stack.
@@ -55,6 +59,12 @@ inline void sync() {
   step::this_thread().run();
 }
 
+/// Host and device element types must be the same (E502): xtpu converts on the device, not here.
+template <class Host, class T>
+constexpr void check_host_dtype() {
+  static_assert(std::is_same_v<Host, T>, "xtpu E502 host: the host element type differs from the tensor's");
+}
+
 template <class Shape>
 std::string shape_string() {
   std::string s = "(";
@@ -64,7 +74,7 @@ std::string shape_string() {
 }  // namespace detail
 
 template <class T, std::size_t... Dims>
-class tensor : detail::tensor_checks<T, Dims...> {
+class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
  public:
   using value_type = T;
   using shape_type = extents<Dims...>;
@@ -102,9 +112,15 @@ class tensor : detail::tensor_checks<T, Dims...> {
     check::assign<extents<D...>, shape_type>();
     check::assign_dtype<U, T>();
   }
-  /// From host data whose shape is only known at run time (xt::xarray): shape_error if wrong.
-  template <class U>
-  tensor(const detail::host_array<U>& h);
+  /// From host data whose shape is only known at run time (`from_host(xarray)`, an xt::adapt
+  /// view, ...): shape_error if it differs. Only where from_host is written (E503 otherwise).
+  template <class E>
+  tensor(detail::host_array<E>&& h);
+  template <class E>
+  tensor(const detail::host_array<E>&) : tensor() {
+    static_assert(!sizeof(E), "xtpu E503 host: a from_host(...) proxy of run-time shape is converted where it is "
+                              "written (tensor<...> t = from_host(a)); keep the host array, not the proxy");
+  }
 
   /// The value on the host (a sync point); see host_type.
   host_type to_host() const {
@@ -118,7 +134,7 @@ class tensor : detail::tensor_checks<T, Dims...> {
   template <class U, class S, xt::layout_type L, bool Sh>
   void to_host(xt::xtensor_fixed<U, S, L, Sh>& out) const {
     static_assert((check_host_shape<S>(), true));
-    static_assert(std::is_same_v<U, T>, "xtpu E502 host: the host element type differs from the tensor's");
+    static_assert((detail::check_host_dtype<U, T>(), true));
     read_into(out.data());
   }
   /// The single element (a sync point; E401 if size != 1).
@@ -153,9 +169,7 @@ class tensor : detail::tensor_checks<T, Dims...> {
     detail::time_sample t{detail::counters::get().from_device};
     std::memcpy(static_cast<void*>(dst), storage_->buffer.data(), bytes);
   }
-  friend struct detail::host_array<T>;
-  template <class U, std::size_t... D>
-  friend tensor<U, D...> from_host(const xt::xtensor_fixed<U, xt::xshape<D...>>& h);
+  friend struct detail::host_transfer;
   struct materialized_tag {};
   tensor(materialized_tag, const void* src) : storage_(std::make_shared<detail::storage>()) {
     settings::check_environment();
@@ -216,40 +230,92 @@ tensor<T, Dims...> normal(std::uint64_t seed, float mean = 0.0f, float stddev = 
 
 // ---- host interop --------------------------------------------------------------------------
 
-/// Copies host data to the device now (a transfer, not a pending computation).
-template <class T, std::size_t... Dims>
-tensor<T, Dims...> from_host(const xt::xtensor_fixed<T, xt::xshape<Dims...>>& h) {
-  return tensor<T, Dims...>(typename tensor<T, Dims...>::materialized_tag{}, h.data());
+namespace detail {
+/// The one way host data becomes a tensor: copied to the device now (a transfer, timed).
+struct host_transfer {
+  template <class T, std::size_t... Dims>
+  static tensor<T, Dims...> from(const T* src) {
+    return tensor<T, Dims...>(typename tensor<T, Dims...>::materialized_tag{}, src);
+  }
+};
+
+/// Host data of a run-time shape must have exactly Shape: shape_error naming both otherwise.
+template <class Shape, class HostShape>
+void check_host_shape(const HostShape& got) {
+  if (got.size() == Shape::rank && std::equal(got.begin(), got.end(), Shape::dims.begin())) return;
+  std::ostringstream os;
+  os << "xtpu: from_host: expected shape " << shape_string<Shape>() << ", got (";
+  for (std::size_t i = 0; i < got.size(); ++i) os << (i ? ", " : "") << got[i];
+  os << ")";
+  throw shape_error(os.str());
 }
 
-namespace detail {
-template <class T>
+/// Host memory of n elements for a tensor of Shape: shape_error naming both otherwise.
+template <class Shape>
+void check_host_size(std::size_t n) {
+  if (n == Shape::size) return;
+  throw shape_error("xtpu: from_host: expected " + std::to_string(Shape::size) + " elements for shape " +
+                    shape_string<Shape>() + ", got " + std::to_string(n));
+}
+
+/// Runs f on the row-major elements of a host expression: in place for a row-major container
+/// or adaptor, else from a row-major copy.
+template <class T, class E, class F>
+decltype(auto) with_row_major(const E& e, F&& f) {
+  if constexpr (requires { E::contiguous_layout; e.data(); e.layout(); }) {
+    if (E::contiguous_layout && e.layout() == xt::layout_type::row_major) return f(static_cast<const T*>(e.data()));
+  }
+  const xt::xarray<T, xt::layout_type::row_major> copy = e;
+  return f(copy.data());
+}
+
+/// What from_host(e) of a run-time shape returns: e (by reference for an lvalue, by value for
+/// an rvalue such as an xt::adapt view), checked when it becomes a tensor.
+template <class E>
 struct host_array {
-  const xt::xarray<T>* array;
+  E expr;
 };
+
+template <class E>
+inline constexpr bool is_host_fixed_v = false;
+template <class T, std::size_t... D>
+inline constexpr bool is_host_fixed_v<xt::xtensor_fixed<T, xt::xshape<D...>>> = true;
 }  // namespace detail
 
-/// Host data whose shape is known only at run time; checked when it becomes a tensor.
-template <class T>
-detail::host_array<T> from_host(const xt::xarray<T>& h) {
-  return {&h};
+/// Copies host data to the device now (a transfer, not a pending computation). The shape is
+/// the host array's own, checked at compile time (E102 on assignment, E502 for the dtype).
+template <class T, std::size_t... Dims>
+tensor<T, Dims...> from_host(const xt::xtensor_fixed<T, xt::xshape<Dims...>>& h) {
+  return detail::host_transfer::from<T, Dims...>(h.data());
+}
+
+/// Host data whose shape is known only at run time (xt::xarray, xt::xtensor, xt::adapt of a
+/// pointer, a view): checked when it becomes a tensor, `tensor<T, D...> t = from_host(a);`.
+template <class E>
+  requires(xt::is_xexpression<std::remove_cvref_t<E>>::value && !detail::is_host_fixed_v<std::remove_cvref_t<E>>)
+detail::host_array<E> from_host(E&& h) {
+  return {std::forward<E>(h)};
+}
+
+/// Contiguous row-major host memory (a pointer and its length, or a span) as a tensor of the
+/// shape given; shape_error unless the length is the shape's size.
+template <class T, std::size_t... Dims>
+tensor<T, Dims...> from_host(std::span<const T> data) {
+  detail::check_host_size<extents<Dims...>>(data.size());
+  return detail::host_transfer::from<T, Dims...>(data.data());
+}
+template <class T, std::size_t... Dims>
+tensor<T, Dims...> from_host(const T* data, std::size_t n) {
+  return from_host<T, Dims...>(std::span<const T>(data, n));
 }
 
 template <class T, std::size_t... Dims>
-template <class U>
-tensor<T, Dims...>::tensor(const detail::host_array<U>& h) {
-  static_assert(std::is_same_v<U, T>, "xtpu E502 host: the host element type differs from the tensor's");
-  const auto& a = *h.array;
-  const bool same = a.dimension() == rank && std::equal(a.shape().begin(), a.shape().end(), shape.begin());
-  if (!same) {
-    std::ostringstream os;
-    os << "xtpu: from_host: expected shape " << detail::shape_string<shape_type>() << ", got (";
-    for (std::size_t i = 0; i < a.dimension(); ++i) os << (i ? ", " : "") << a.shape()[i];
-    os << ")";
-    throw shape_error(os.str());
-  }
-  xt::xarray<T> contiguous = a;  // row-major copy whatever a's layout
-  *this = tensor(materialized_tag{}, contiguous.data());
+template <class E>
+tensor<T, Dims...>::tensor(detail::host_array<E>&& h) {
+  using U = typename std::remove_cvref_t<E>::value_type;
+  static_assert((detail::check_host_dtype<U, T>(), true));
+  detail::check_host_shape<shape_type>(h.expr.shape());
+  *this = detail::with_row_major<T>(h.expr, [](const T* p) { return detail::host_transfer::from<T, Dims...>(p); });
 }
 
 /// Prints the values (a sync point): `tensor<f32, 2, 2> {{1, 2}, {3, 4}}`.
