@@ -11,8 +11,9 @@ jobs=$(nproc)
 
 count() { find "$1" -maxdepth 1 -name "$2" | wc -l; }
 runtime=$(count tests/runtime 'test_*.cpp')
-# run-time tests + compile-fail twins (ok and ko) + examples + cross-compiler, build-flag and package tests
-full=$((runtime + 2 * $(count tests/compile_fail '*.cpp') + $(count examples '*.cpp') + 3))
+# run-time tests + compile-fail twins (ok and ko) + examples + the cross-compiler, build-flag,
+# package and layer-rule tests
+full=$((runtime + 2 * $(count tests/compile_fail '*.cpp') + $(count examples '*.cpp') + 4))
 
 run_preset() {  # preset, the fewest tests it must run
   local preset=$1 floor=$2 log="build/$1.ctest.log"

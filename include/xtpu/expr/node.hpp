@@ -35,6 +35,7 @@
 
 #include "xtpu/dtype/check.hpp"
 #include "xtpu/dtype/dtype.hpp"
+#include "xtpu/dtype/precision.hpp"
 #include "xtpu/error.hpp"
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/shape/check.hpp"
@@ -315,9 +316,6 @@ compute_t<typename N::value_type> load_materialized(const detail::bound& b, std:
   return load_as<T>(static_cast<const T*>(b.temps[TB + N::n_temps - 1])[i]);
 }
 
-/// XLA's matmul precision levels (DESIGN.md §4); part of the fingerprint.
-enum class precision : std::uint8_t { default_ = 0, high = 1, highest = 2 };
-
 /// Matrix product on the MXU model (DESIGN.md §4).
 template <precision Prec, class L, class R>
 struct matmul_node : detail::node_base<matmul_node<Prec, L, R>> {
@@ -340,12 +338,6 @@ struct matmul_node : detail::node_base<matmul_node<Prec, L, R>> {
   static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
     return load_materialized<matmul_node, TB>(b, i);
   }
-  /// Defined in kernels/matmul.hpp. With an epilogue (f32 results only), ep(ctx, offset,
-  /// row0, col0, rows, cols) runs on each finished tile of the batch starting at `offset`.
-  using epilogue_fn = void (*)(const void* ctx, std::size_t offset, std::size_t row0, std::size_t col0,
-                               std::size_t rows, std::size_t cols);
-  template <std::size_t LB, std::size_t SB, std::size_t TB>
-  static void compute(const detail::bound& b, value_type* out, epilogue_fn ep = nullptr, const void* ctx = nullptr);
   void collect(detail::recorder& r) const {
     lhs.collect(r);
     rhs.collect(r);
@@ -372,27 +364,6 @@ struct reduce_node : detail::node_base<reduce_node<Op, Axis, C>> {
   template <std::size_t LB, std::size_t SB, std::size_t TB>
   static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
     return load_materialized<reduce_node, TB>(b, i);
-  }
-  template <std::size_t LB, std::size_t SB, std::size_t TB>
-  static void compute(const detail::bound& b, value_type* out) noexcept {
-    using In = typename C::shape_type;
-    using Acc = typename Op::template accumulator<typename C::value_type>;
-    if constexpr (Axis == all_axes) {
-      Acc acc;
-      for (std::size_t i = 0; i < In::size; ++i) acc.add(C::template load<LB, SB, TB>(b, i));
-      out[0] = store_as<value_type>(acc.template result<value_type>(In::size));
-    } else {
-      constexpr std::size_t ax = detail::normalize_axis_v<In, Axis>;
-      constexpr std::size_t n = In::dims[ax], stride = detail::strides_of(In::dims)[ax];
-      constexpr std::size_t outer = In::size / (n * stride);
-      for (std::size_t o = 0; o < outer; ++o) {
-        for (std::size_t s = 0; s < stride; ++s) {
-          Acc acc;
-          for (std::size_t k = 0; k < n; ++k) acc.add(C::template load<LB, SB, TB>(b, (o * n + k) * stride + s));
-          out[o * stride + s] = store_as<value_type>(acc.template result<value_type>(n));
-        }
-      }
-    }
   }
   void collect(detail::recorder& r) const { arg.collect(r); }
 };

@@ -1,8 +1,9 @@
-// xtpu/kernels/cycle_model.hpp — what a matmul costs on a real TPU generation's MXUs.
+// xtpu/kernels/cycle_model.hpp — the cycle model's arithmetic: what a matmul costs on an array
+// of MXUs (eval/cost.hpp applies it to TPU generations and whole expressions).
 //
 // Provides: xtpu::mxu::cost (folds, cycles, useful MACs, utilization, padding waste, time),
-// xtpu::mxu::estimate(M, K, N, batch, passes, generation) and, for whole expressions,
-// xtpu::mxu::estimate(expr, generation) — constexpr, summed over every matmul in the graph.
+// xtpu::mxu::mxu_array (an array's geometry and peak), xtpu::mxu::estimate(M, K, N, batch,
+// passes, mxu_array) and passes_of(precision) — constexpr.
 // Model (DESIGN.md §5, SCALE-Sim's weight-stationary formula), per R x C array:
 //   folds = ceil(K / R) * ceil(N / C)          weight tiles, each loaded once
 //   cycles per fold = 2R + C + M - 2           fill, stream M rows, drain
@@ -14,8 +15,7 @@
 #include <cstdint>
 #include <tuple>
 
-#include "xtpu/device/device.hpp"
-#include "xtpu/expr/node.hpp"
+#include "xtpu/dtype/precision.hpp"
 
 namespace xtpu::mxu {
 
@@ -43,10 +43,16 @@ struct cost {
 
 constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) noexcept { return (a + b - 1) / b; }
 
+/// The MXUs of one chip: R x C systolic arrays, `units` of them, and the chip's bf16 peak.
+struct mxu_array {
+  std::uint64_t rows, cols, units;
+  double peak_bf16_tflops;
+};
+
 /// One (M, K) x (K, N) product, `batch` times, `passes` bf16 passes each.
 constexpr cost estimate(std::uint64_t M, std::uint64_t K, std::uint64_t N, std::uint64_t batch, std::uint64_t passes,
-                        const generation& g) noexcept {
-  const std::uint64_t R = static_cast<std::uint64_t>(g.mxu_rows), C = static_cast<std::uint64_t>(g.mxu_cols);
+                        const mxu_array& g) noexcept {
+  const std::uint64_t R = g.rows, C = g.cols;
   const std::uint64_t tiles = ceil_div(K, R) * ceil_div(N, C);
   cost c;
   c.folds = tiles * batch * passes;
@@ -55,7 +61,7 @@ constexpr cost estimate(std::uint64_t M, std::uint64_t K, std::uint64_t N, std::
   c.array_macs = c.cycles * R * C;
   c.weights = K * N * batch * passes;
   c.padded_weights = tiles * R * C * batch * passes;
-  const std::uint64_t mxus = static_cast<std::uint64_t>(g.tensor_cores * g.mxus_per_core);
+  const std::uint64_t mxus = g.units;
   const double clock = g.peak_bf16_tflops * 1e12 / (2.0 * double(R) * double(C) * double(mxus));
   c.seconds = double(ceil_div(c.folds, mxus) * (2 * R + C + M - 2)) / clock;
   return c;
@@ -63,51 +69,6 @@ constexpr cost estimate(std::uint64_t M, std::uint64_t K, std::uint64_t N, std::
 
 constexpr std::uint64_t passes_of(precision p) noexcept {
   return p == precision::default_ ? 1 : p == precision::high ? 3 : 6;
-}
-
-namespace detail {
-template <class N>
-constexpr cost expression_cost(const generation& g) noexcept;
-
-template <class Tuple, std::size_t... I>
-constexpr cost children_cost(const generation& g, std::index_sequence<I...>) noexcept {
-  cost c;
-  ((c += expression_cost<std::tuple_element_t<I, Tuple>>(g)), ...);
-  return c;
-}
-
-template <class Node>
-struct matmul_info {
-  static constexpr bool is = false;
-};
-template <precision P, class L, class R>
-struct matmul_info<matmul_node<P, L, R>> {
-  static constexpr bool is = true;
-  using LS = typename L::shape_type;
-  using RS = typename R::shape_type;
-  using OS = typename matmul_node<P, L, R>::shape_type;
-  static constexpr std::uint64_t M = LS::dims[LS::rank - 2], K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
-  static constexpr std::uint64_t batch = OS::size / (M * N);
-  static constexpr std::uint64_t passes = passes_of(P);
-};
-
-template <class N>
-constexpr cost expression_cost(const generation& g) noexcept {
-  using Ch = typename N::children;
-  cost c = children_cost<Ch>(g, std::make_index_sequence<std::tuple_size_v<Ch>>{});
-  if constexpr (matmul_info<N>::is) {
-    using I = matmul_info<N>;
-    c += estimate(I::M, I::K, I::N, I::batch, I::passes, g);
-  }
-  return c;
-}
-}  // namespace detail
-
-/// Every matmul of an expression on generation g (default v5e), summed; constexpr.
-template <class E>
-  requires xtpu::expression<E>
-constexpr cost estimate(const E&, const generation& g = generations[1]) noexcept {
-  return detail::expression_cost<xtpu::detail::node_t<E>>(g);
 }
 
 }  // namespace xtpu::mxu

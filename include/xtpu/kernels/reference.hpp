@@ -1,5 +1,5 @@
-// xtpu/kernels/reference.hpp — the scalar reference kernels: the oracle fast paths are
-// tested against, and what matmul runs on until the systolic emulator lands.
+// xtpu/kernels/reference.hpp — the scalar reference kernels: the oracle the fast paths are
+// tested against.
 //
 // Provides: detail::mxu_operand (f32/bf16 -> the bf16 value the MXU multiplies),
 // detail::ftz, detail::reference_pass (one bf16 pass, DESIGN.md §4): plain loops, the
@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "xtpu/dtype/bf16.hpp"
-#include "xtpu/expr/node.hpp"
 
 namespace xtpu::detail {
 

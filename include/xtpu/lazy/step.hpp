@@ -31,7 +31,7 @@
 #include "xtpu/device/device.hpp"
 #include "xtpu/error.hpp"
 #include "xtpu/fingerprint/hash.hpp"
-#include "xtpu/lazy/program.hpp"
+#include "xtpu/eval/program.hpp"
 #include "xtpu/metrics/metrics.hpp"
 #include "xtpu/settings.hpp"
 

@@ -1,8 +1,9 @@
-// xtpu/lazy/program.hpp — what a statement compiles to, computed by the C++ compiler.
+// xtpu/eval/program.hpp — what a statement compiles to, computed by the C++ compiler.
 //
 // Provides: detail::kernel_desc and detail::program<E>::kernels, the post-order table of the
-// kernels of one statement `t = E`: one per materialized node (matmul, reduction), then the
-// fused elementwise loop of the root (unless the root is itself materialized). Kernel k
+// kernels of one statement `t = E`: one per materialized node (matmul, reduction: run by its
+// detail::evaluator), then the fused elementwise loop of the root (unless the root is itself
+// materialized), and the matmul epilogue fusion alternative. Kernel k
 // writes temp slot k (the last kernel writes the statement's output), reads the leaves,
 // scalars and temps in its ranges, and is identified by its subtree's fingerprint — the
 // runtime never walks an expression tree.
@@ -14,9 +15,11 @@
 #include <tuple>
 #include <utility>
 
+#include "xtpu/eval/cost.hpp"
+#include "xtpu/eval/evaluator.hpp"
+#include "xtpu/eval/matmul.hpp"
+#include "xtpu/eval/reduce.hpp"
 #include "xtpu/expr/node.hpp"
-#include "xtpu/kernels/cycle_model.hpp"
-#include "xtpu/kernels/matmul.hpp"
 
 namespace xtpu::detail {
 
@@ -30,7 +33,7 @@ struct kernel_desc {
 
 template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
 void run_materialized(const bound& b, void* dst) {
-  N::template compute<LB, SB, TB>(b, static_cast<typename N::value_type*>(dst));
+  evaluator<N>::template compute<LB, SB, TB>(b, static_cast<typename N::value_type*>(dst));
 }
 
 template <class N>
@@ -187,7 +190,7 @@ void run_fused(const bound& b, void* dst) {
     bound root;
   } ctx{static_cast<float*>(dst), {dst}, {b.leaves, b.scalars, nullptr}};
   ctx.root.temps = ctx.temps;  // the matmul's slot (the only temp) is t itself
-  MM::template compute<Loc::lb, Loc::sb, Loc::tb>(
+  evaluator<MM>::template compute<Loc::lb, Loc::sb, Loc::tb>(
       b, ctx.out,
       [](const void* p, std::size_t offset, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
         const auto* c = static_cast<const context*>(p);

@@ -1,0 +1,141 @@
+// xtpu/eval/matmul.hpp — the evaluator of matmul_node: operands to the systolic emulator,
+// the precision levels, the output rounding.
+//
+// Provides: detail::evaluator<matmul_node<Prec, L, R>>::compute. Per batch, an operand that
+// is a tensor (or a tensor transposed) is read in place through strides; any other
+// expression is evaluated once into an f32 buffer first. DEFAULT runs one mxu::pass (with the
+// tile epilogue, if any); HIGH and HIGHEST run mxu::multi_pass (kernels/matmul.hpp). Batches
+// broadcast as elementwise operands do. A bf16 result is rounded once, at the end.
+// a (..., M, K), b (..., K, N) -> (..., M, N) f32, or bf16 when both operands are bf16
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+#include "xtpu/eval/evaluator.hpp"
+#include "xtpu/expr/node.hpp"
+#include "xtpu/kernels/cpu.hpp"
+#include "xtpu/kernels/matmul.hpp"
+#include "xtpu/kernels/mxu.hpp"
+
+namespace xtpu::detail {
+
+/// Where a batch's f32 result goes: the output itself (f32) or a scratch to round from (bf16).
+template <class T>
+float* out_f32(T* out, std::size_t offset, std::vector<float>& scratch, std::size_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return out + offset;
+  } else {
+    scratch.resize(n);
+    return scratch.data();
+  }
+}
+
+template <class N>
+inline constexpr bool is_leaf_v = false;
+template <class T, bool O>
+inline constexpr bool is_leaf_v<leaf<T, O>> = true;
+
+/// A node that is a tensor with its last two axes swapped (transpose(x) of a tensor).
+template <class N>
+inline constexpr bool is_transposed_leaf_v = false;
+template <class C, std::size_t... P>
+inline constexpr bool is_transposed_leaf_v<permute_node<C, P...>> = [] {
+  if (!is_leaf_v<C>) return false;
+  constexpr std::size_t r = sizeof...(P);
+  constexpr std::array<std::size_t, r> p{P...};
+  for (std::size_t i = 0; i + 2 < r; ++i)
+    if (p[i] != i) return false;
+  return r >= 2 && p[r - 2] == r - 1 && p[r - 1] == r - 2;
+}();
+
+/// The operand Node (shape (..., rows, cols)) of one batch, as the emulator reads it.
+template <class Node, std::size_t LB, std::size_t SB, std::size_t TB>
+struct operand_source {
+  using S = typename Node::shape_type;
+  static constexpr std::size_t rows = S::dims[S::rank - 2], cols = S::dims[S::rank - 1];
+  std::vector<float> values;  // only for expressions that are evaluated first
+
+  explicit operand_source(const bound& b) {
+    if constexpr (!is_leaf_v<Node> && !is_transposed_leaf_v<Node>) {
+      values.resize(S::size);
+      for (std::size_t i = 0; i < S::size; ++i) values[i] = static_cast<float>(Node::template load<LB, SB, TB>(b, i));
+    }
+  }
+  mxu::matrix_view view(const bound& b, std::size_t batch) const {
+    if constexpr (is_leaf_v<Node>) {
+      using T = typename Node::value_type;
+      const T* base = static_cast<const T*>(b.leaves[LB]) + batch * rows * cols;
+      return {base, std::is_same_v<T, bf16>, cols, 1};
+    } else if constexpr (is_transposed_leaf_v<Node>) {
+      using T = typename Node::value_type;
+      const T* base = static_cast<const T*>(b.leaves[LB]) + batch * rows * cols;
+      return {base, std::is_same_v<T, bf16>, 1, rows};  // element (r, c) is x[c][r]
+    } else {
+      return {values.data() + batch * rows * cols, false, cols, 1};
+    }
+  }
+};
+
+}  // namespace xtpu::detail
+
+namespace xtpu::detail {
+
+template <precision Prec, class L, class R>
+struct evaluator<matmul_node<Prec, L, R>> {
+  using node = matmul_node<Prec, L, R>;
+  using value_type = typename node::value_type;
+
+  template <std::size_t LB, std::size_t SB, std::size_t TB>
+  static void compute(const bound& b, value_type* out, epilogue_fn ep = nullptr, const void* ctx = nullptr);
+};
+
+template <precision Prec, class L, class R>
+template <std::size_t LB, std::size_t SB, std::size_t TB>
+void evaluator<matmul_node<Prec, L, R>>::compute(const bound& b, value_type* out, epilogue_fn ep, const void* ctx) {
+  using LS = typename L::shape_type;
+  using RS = typename R::shape_type;
+  using OS = typename node::shape_type;
+  constexpr std::size_t M = LS::dims[LS::rank - 2], K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
+  constexpr std::size_t batches = OS::size / (M * N);
+  using offs = detail::offsets<L, R>;
+  const detail::operand_source<L, LB + offs::leaves[0], SB + offs::scalars[0], TB + offs::temps[0]> lhs(b);
+  const detail::operand_source<R, LB + offs::leaves[1], SB + offs::scalars[1], TB + offs::temps[1]> rhs(b);
+  const isa path = kernels::active_isa();
+  mxu::for_each_batch(batches, 2.0 * M * N * K, kernels::num_threads(), [&](std::size_t ob, int threads) {
+    // the operands' batches broadcast to the result's (NumPy rule, as for elementwise ops)
+    using OB = detail::batch_dims_t<OS>;
+    const auto av = lhs.view(b, detail::broadcast_index<OB, detail::batch_dims_t<LS>>(ob));
+    const auto bv = rhs.view(b, detail::broadcast_index<OB, detail::batch_dims_t<RS>>(ob));
+    thread_local std::vector<float> scratch, a, w;
+    float* c = detail::out_f32(out, ob * M * N, scratch, M * N);
+    if constexpr (Prec == precision::default_) {
+      // the tile epilogue needs the batch's offset: one small context per batch
+      struct batch_ctx {
+        epilogue_fn fn;
+        const void* ctx;
+        std::size_t offset;
+      } bc{ep, ctx, ob * M * N};
+      const mxu::epilogue tile_ep{[](const void* p, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
+                                    const auto* e = static_cast<const batch_ctx*>(p);
+                                    e->fn(e->ctx, e->offset, r0, c0, rows, cols);
+                                  },
+                                  &bc};
+      mxu::pass(av, bv, c, N, M, N, K, path, threads, ep ? &tile_ep : nullptr);
+    } else {
+      a.resize(M * K);
+      w.resize(K * N);
+      for (std::size_t i = 0; i < M; ++i)
+        for (std::size_t k = 0; k < K; ++k) a[i * K + k] = av.value(i, k);
+      for (std::size_t k = 0; k < K; ++k)
+        for (std::size_t j = 0; j < N; ++j) w[k * N + j] = bv.value(k, j);
+      mxu::multi_pass(Prec, a.data(), w.data(), c, M, N, K, path, threads);
+      if (ep) ep(ctx, ob * M * N, 0, 0, M, N);
+    }
+    if constexpr (!std::is_same_v<value_type, float>)
+      for (std::size_t i = 0; i < M * N; ++i) out[ob * M * N + i] = store_as<value_type>(c[i]);
+  });
+}
+
+}  // namespace xtpu::detail
