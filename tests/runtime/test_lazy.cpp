@@ -316,3 +316,29 @@ TEST_F(Lazy, NoFusionThroughAnIndexRemap) {
   for (std::size_t i = 0; i < 24; ++i)
     for (std::size_t j = 0; j < 24; ++j) ASSERT_EQ(ht(i, j), hm(j, i) + 1.0f) << i << "," << j;
 }
+
+// The plan dump names what each pass decided: dead statements, fused matmul epilogues, copies
+// of common subexpressions, reductions and where temporaries live; explain() runs nothing.
+TEST_F(Lazy, ExplainShowsEachPass) {
+  auto x = device<float, 8, 16>(values(8 * 16, 21));
+  auto w = device<float, 16, 4>(values(16 * 4, 22));
+  xtpu::tensor<float, 8, 4> h = xtpu::relu(xtpu::matmul(x, w));      // s0: fused epilogue
+  { xtpu::tensor<float, 8, 16> gone = x * 3.0f; }                     // s1: dead
+  xtpu::tensor<float, 8> s = xtpu::sum<1>(xtpu::exp(x));              // s2: a reduction, then a copy out
+  xtpu::tensor<float, 8> again = xtpu::sum<1>(xtpu::exp(x));          // s3: the same value: a copy
+  const std::string text = xtpu::lazy::explain();
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 4u);  // nothing ran
+  EXPECT_TRUE(h.pending());
+  EXPECT_NE(text.find("plan: 4 statements, 3 live, 1 dead"), std::string::npos) << text;
+  EXPECT_NE(text.find("s0 -> out (128 B): matmul+epilogue 8x16x4 (1 pass) -> out"), std::string::npos) << text;
+  EXPECT_NE(text.find("s1 dead"), std::string::npos) << text;
+  EXPECT_NE(text.find("s2 -> out (32 B): reduce -> out"), std::string::npos) << text;
+  EXPECT_NE(text.find("s3 -> out (32 B): copy of the output of live statement 1 (common subexpression)"),
+            std::string::npos) << text;
+  EXPECT_EQ(count("UncachedCompile"), 1);
+  xtpu::mark_step();  // the plan explain() built is reused
+  EXPECT_EQ(count("UncachedCompile"), 1);
+  EXPECT_EQ(count("CachedCompile"), 1);
+  EXPECT_EQ(host(again), host(s));
+  EXPECT_EQ(xtpu::lazy::explain(), "plan: nothing pending\n");
+}

@@ -29,6 +29,7 @@ struct kernel_desc {
   std::uint32_t leaf_begin, leaf_end, scalar_begin, scalar_end, temp_begin, temp_end;
   std::uint64_t bytes;  // of its output
   std::uint64_t mm_m = 0, mm_k = 0, mm_n = 0, mm_batch = 0, mm_passes = 0;  // a matmul's dims (cycle model)
+  const char* kind = "loop";  // "matmul", "reduce", "loop" (fused elementwise), "matmul+epilogue"
 };
 
 template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
@@ -60,6 +61,9 @@ constexpr kernel_desc describe(void (*run)(const bound&, void*)) {
   if constexpr (mxu::detail::matmul_info<N>::is) {
     using I = mxu::detail::matmul_info<N>;
     d.mm_m = I::M, d.mm_k = I::K, d.mm_n = I::N, d.mm_batch = I::batch, d.mm_passes = I::passes;
+    d.kind = "matmul";
+  } else if constexpr (N::materialized) {
+    d.kind = "reduce";
   }
   return d;
 }
@@ -214,6 +218,7 @@ struct program {
       constexpr kernel_desc mm = kernels_of<E, 0, 0, 0>()[0];
       d.mm_m = mm.mm_m, d.mm_k = mm.mm_k, d.mm_n = mm.mm_n, d.mm_batch = mm.mm_batch, d.mm_passes = mm.mm_passes;
       d.temp_begin = d.temp_end = 0;
+      d.kind = "matmul+epilogue";
       return std::array<kernel_desc, 1>{d};
     } else {
       return std::array<kernel_desc, 1>{kernel_desc{}};

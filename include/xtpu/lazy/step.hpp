@@ -1,16 +1,17 @@
 // xtpu/lazy/step.hpp — the pending step, its key, the plan cache, and mark_step().
 //
-// Provides: xtpu::mark_step(), xtpu::lazy::{pending_statements, plan_cache_entries,
+// Provides: xtpu::mark_step(), xtpu::lazy::{pending_statements, explain, plan_cache_entries,
 // set_plan_cache_capacity, clear_plan_cache}, and in detail the step that records statements,
-// keys them and runs them.
+// keys them and runs them (the plan and its passes: lazy/plan.hpp).
 //
 // Model (docs/lazy.md): every thread has one pending step. Assigning an expression to a
 // tensor records a statement: its compile-time kernel table and fingerprint, its captured
 // leaves and scalars, and the wiring of each leaf (an external tensor, numbered by first
 // appearance, or the output of an earlier statement of this step). mark_step() (or a sync)
 // runs the step as one unit: its key is the fingerprints + wiring + which outputs are still
-// alive; a miss builds the plan once (dead statements dropped, common subexpressions computed
-// once across statements, temps packed into one arena by lifetime) and times it as
+// alive; a miss builds the plan once (lazy/plan.hpp's passes: dead statements dropped, common
+// subexpressions computed once across statements, matmul epilogues fused, temps packed into
+// one arena by lifetime) and times it as
 // CompileTime; a hit only binds buffers and scalars. All output memory is allocated before any
 // kernel runs, so an out_of_memory leaves the step pending and nothing lost.
 // Errors: sync_error (reading a tensor pending in another thread's step); config_error for a
@@ -22,9 +23,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <list>
-#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "xtpu/error.hpp"
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/eval/program.hpp"
+#include "xtpu/lazy/plan.hpp"
 #include "xtpu/metrics/metrics.hpp"
 #include "xtpu/settings.hpp"
 
@@ -55,58 +57,6 @@ inline void throw_not_readable(const void* owner) {
   throw sync_error("xtpu: this tensor is pending in another thread's step; call xtpu::mark_step() in "
                    "that thread before reading it here (one pending step per thread)");
 }
-
-struct statement {
-  const kernel_desc* kernels;
-  std::uint32_t n_kernels;
-  const kernel_desc* fused;  // the one-kernel matmul+epilogue alternative, or null
-  std::uint32_t leaf_begin, n_leaves, scalar_begin, sig_begin;
-  std::weak_ptr<storage> out;  // expired: nobody can see the result, the statement is dead
-};
-
-/// A compiled step: what to run, where every intermediate lives.
-struct plan {
-  struct loc {
-    std::int64_t arena = -1;    // offset in the step arena, or
-    std::int32_t output = -1;   // the output of this live statement (its position in stmts)
-  };
-  struct op {
-    std::uint32_t kernel;
-    bool copy;  // the value exists already: copy it from src (a root that CSE found)
-    loc src;
-    bool fused;  // run the statement's fused matmul+epilogue kernel instead of its table
-  };
-  struct stmt_plan {
-    std::uint32_t stmt, temp_begin, op_begin, op_end;
-  };
-  std::vector<stmt_plan> stmts;  // live statements, program order
-  std::vector<loc> temps;        // per live statement, per temp slot
-  std::vector<op> ops;
-  std::size_t arena_bytes = 0;
-  mxu::cost mxu;  // the cycle model of every matmul the plan runs, on the device's generation
-};
-
-struct time_sample {
-  metrics::detail::metric_cell& cell;
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  ~time_sample() {
-    cell.add_sample(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
-  }
-};
-
-struct counters {
-  metrics::detail::counter_cell &mark_step, &cached, &uncached, &sync_points, &kernels, &cse, &dead, &mxu_cycles;
-  metrics::detail::metric_cell &compile_time, &execute_time, &to_device, &from_device, &mxu_utilization;
-  static counters& get() {
-    auto& r = metrics::detail::registry::instance();
-    static counters c{r.counter("MarkStep"), r.counter("CachedCompile"), r.counter("UncachedCompile"),
-                      r.counter("SyncPoints"), r.counter("KernelLaunch"), r.counter("CseEliminated"),
-                      r.counter("DeadStatements"), r.counter("MxuCycles"), r.metric("CompileTime"),
-                      r.metric("ExecuteTime"), r.metric("TransferToDeviceTime"), r.metric("TransferFromDeviceTime"),
-                      r.metric("MxuUtilization", metrics::unit::percent)};
-    return c;
-  }
-};
 
 /// LRU cache of compiled plans, shared by all threads. XTPU_CACHE_SIZE entries (default 1024).
 class plan_cache {
@@ -238,6 +188,24 @@ class step {
     return out;
   }
 
+  /// The plan of what is pending, as text (lazy/plan.hpp's dump), compiling it if it is not
+  /// cached — so the next mark_step() of the same step is a cache hit. Runs nothing.
+  std::string explain() {
+    if (stmts_.empty()) return "plan: nothing pending\n";
+    const std::size_t g0 = signature_.size();
+    std::string text;
+    try {
+      text = dump(*compiled(counters::get()), stmts_);
+    } catch (...) {
+      outputs_.clear();
+      signature_.resize(g0);
+      throw;
+    }
+    outputs_.clear();
+    signature_.resize(g0);
+    return text;
+  }
+
   /// Compiles (or finds) and runs everything pending. On an exception the step stays pending
   /// as it was recorded: the run holds no tensor alive afterwards and every buffer it allocated
   /// is freed, so it can be retried any number of times, after dropping pending tensors or
@@ -262,6 +230,12 @@ class step {
  private:
   void run_keyed(counters& c) {
     arena_grown_ = false;
+    execute(*compiled(c));
+  }
+
+  /// The plan of what is pending, from the cache or built now (holding the live outputs in
+  /// outputs_ and appending the liveness words to signature_; the caller undoes both).
+  std::shared_ptr<const plan> compiled(counters& c) {
     hold_live_outputs();
     std::uint64_t live_bits = 0;
     for (std::size_t i = 0; i < stmts_.size(); ++i) {
@@ -278,12 +252,13 @@ class step {
     } else {
       {
         time_sample t{c.compile_time};
-        p = std::make_shared<const plan>(build());
+        p = std::make_shared<const plan>(
+            planner(step_view{stmts_, signature_, outputs_, device::current().spec()}).build());
       }
       cache.insert(key, signature_, p);
       c.uncached.add();
     }
-    execute(*p);
+    return p;
   }
 
   /// outputs_[i] = the output of statement i if it is live, else null; held for the whole run
@@ -313,143 +288,11 @@ class step {
 
   std::uint64_t wire(const storage& s) {
     const void* o = s.owner.load(std::memory_order_acquire);
-    if (o == this) return (std::uint64_t{1} << 32) | s.producer;
+    if (o == this) return step_output_code(s.producer);
     if (o != nullptr) throw_not_readable(o);
     auto [it, inserted] = externals_.try_emplace(&s, n_external_);
     if (inserted) ++n_external_;
-    return it->second;
-  }
-
-  plan build() const {
-    plan p;
-    constexpr std::uint64_t ext_tag = std::uint64_t{2} << 60, val_tag = std::uint64_t{1} << 60;
-    struct value {
-      plan::loc where;
-      std::uint64_t bytes;
-      std::size_t first, last;  // positions (live statement index) of definition and last use
-      bool in_arena;
-      std::uint32_t uses;       // kernels that compute this value (more than one: CSE shares it)
-    };
-    struct kernel_value {
-      std::uint32_t v;
-      bool fresh;
-    };
-    std::vector<value> values;
-    std::map<std::vector<std::uint64_t>, std::uint32_t> numbering;  // CSE: structure + inputs -> value
-    std::vector<std::uint32_t> root_value(stmts_.size(), 0);
-    std::vector<std::vector<kernel_value>> kv(stmts_.size());
-    std::vector<std::size_t> live;  // statement index of each live position
-    auto& c = counters::get();
-
-    // 1. number every kernel's value (common subexpressions get one number) and its lifetime
-    for (std::size_t s = 0; s < stmts_.size(); ++s) {
-      const statement& st = stmts_[s];
-      if (!outputs_[s]) {  // nobody can see the result
-        c.dead.add();
-        continue;
-      }
-      const std::size_t pos = live.size();
-      live.push_back(s);
-      kv[s].resize(st.n_kernels);
-      for (std::uint32_t k = 0; k < st.n_kernels; ++k) {
-        const kernel_desc& kd = st.kernels[k];
-        const bool root = k + 1 == st.n_kernels;
-        std::uint32_t v = static_cast<std::uint32_t>(values.size());
-        bool fresh = true;
-        if (kd.scalar_begin == kd.scalar_end) {  // only scalar-free subtrees are shared
-          std::vector<std::uint64_t> key{kd.fingerprint};
-          for (std::uint32_t l = kd.leaf_begin; l < kd.leaf_end; ++l) {
-            const std::uint64_t code = signature_[st.sig_begin + 1 + l];
-            key.push_back(code >> 32 ? val_tag | root_value[code & 0xFFFFFFFFu] : ext_tag | code);
-          }
-          for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kv[s][t].v);
-          auto [it, inserted] = numbering.try_emplace(std::move(key), v);
-          fresh = inserted;
-          v = it->second;
-        }
-        if (fresh) {
-          plan::loc where;
-          if (root) where.output = static_cast<std::int32_t>(pos);
-          values.push_back(value{where, kd.bytes, pos, pos, !root, 1});
-        } else {
-          c.cse.add();
-          values[v].last = pos;
-          ++values[v].uses;
-        }
-        kv[s][k] = {v, fresh};
-        if (root) root_value[s] = v;
-      }
-      // a leaf read from an earlier statement keeps that value alive until here
-      for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
-        const std::uint64_t code = signature_[st.sig_begin + 1 + l];
-        if (code >> 32) values[root_value[code & 0xFFFFFFFFu]].last = pos;
-      }
-    }
-
-    // 2. fuse `t = f(matmul(...))` into one kernel where the matmul's value is not shared
-    std::vector<char> fused(stmts_.size(), 0);
-    for (std::size_t s : live) {
-      const statement& st = stmts_[s];
-      if (st.fused && kv[s][0].fresh && values[kv[s][0].v].uses == 1 && kv[s][1].fresh) {
-        fused[s] = 1;
-        values[kv[s][0].v].in_arena = false;
-      }
-    }
-
-    // 3. ops and temp slots, program order
-    std::vector<std::uint32_t> temp_value;  // parallel to p.temps (UINT32_MAX: unused slot)
-    for (std::size_t pos = 0; pos < live.size(); ++pos) {
-      const std::size_t s = live[pos];
-      const statement& st = stmts_[s];
-      plan::stmt_plan sp{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(p.temps.size()),
-                         static_cast<std::uint32_t>(p.ops.size()), 0};
-      if (fused[s]) {
-        p.ops.push_back(plan::op{0, false, {}, true});
-      } else {
-        for (std::uint32_t k = 0; k < st.n_kernels; ++k) {
-          const bool root = k + 1 == st.n_kernels;
-          if (kv[s][k].fresh) p.ops.push_back(plan::op{k, false, {}, false});
-          else if (root) p.ops.push_back(plan::op{k, true, {}, false});  // src filled in below
-        }
-      }
-      for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) {
-        p.temps.push_back({});
-        temp_value.push_back(fused[s] ? UINT32_MAX : kv[s][k].v);
-      }
-      sp.op_end = static_cast<std::uint32_t>(p.ops.size());
-      p.stmts.push_back(sp);
-      for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
-        const kernel_desc& kd = p.ops[o].fused ? st.fused[0] : st.kernels[p.ops[o].kernel];
-        if (!p.ops[o].copy && kd.mm_passes)
-          p.mxu += mxu::estimate(kd.mm_m, kd.mm_k, kd.mm_n, kd.mm_batch, kd.mm_passes, device::current().spec());
-      }
-    }
-
-    // 4. arena: first fit by lifetime, 64-byte aligned
-    struct placed {
-      std::size_t offset, end, last;
-    };
-    std::vector<placed> active;
-    for (auto& v : values) {
-      if (!v.in_arena) continue;
-      std::erase_if(active, [&](const placed& a) { return a.last < v.first; });
-      std::sort(active.begin(), active.end(), [](const placed& a, const placed& b) { return a.offset < b.offset; });
-      const std::size_t need = (v.bytes + 63) / 64 * 64;
-      std::size_t off = 0;
-      for (const auto& a : active) {
-        if (off + need <= a.offset) break;
-        off = std::max(off, a.end);
-      }
-      v.where.arena = static_cast<std::int64_t>(off);
-      active.push_back({off, off + need, v.last});
-      p.arena_bytes = std::max(p.arena_bytes, off + need);
-    }
-    for (std::size_t t = 0; t < p.temps.size(); ++t)
-      p.temps[t] = temp_value[t] == UINT32_MAX ? plan::loc{} : values[temp_value[t]].where;
-    for (const auto& sp : p.stmts)
-      for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o)
-        if (p.ops[o].copy) p.ops[o].src = values[root_value[sp.stmt]].where;
-    return p;
+    return external_code(it->second);
   }
 
   void execute(const plan& p) {
@@ -552,6 +395,11 @@ inline void mark_step() {
 namespace lazy {
 /// Statements recorded in this thread and not yet run.
 inline std::size_t pending_statements() { return detail::step::this_thread().size(); }
+/// The plan mark_step() would run for this thread's pending statements, as text: dead
+/// statements, each op (matmul dims, reductions, fused loops, epilogue fusion, copies of
+/// common subexpressions) and where its value goes. Compiles the step if it is not cached (so
+/// the next mark_step() is a hit); runs nothing.
+inline std::string explain() { return detail::step::this_thread().explain(); }
 /// Compiled plans held by the cache (all threads).
 inline std::size_t plan_cache_entries() { return detail::plan_cache::instance().size(); }
 /// Sets how many plans the LRU cache keeps (XTPU_CACHE_SIZE sets the initial value).

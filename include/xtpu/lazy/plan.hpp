@@ -1,0 +1,331 @@
+// xtpu/lazy/plan.hpp — compiling a step: the plan and the passes that build it.
+//
+// Provides: detail::statement (what recording a statement leaves), detail::plan (what to run,
+// where every value lives), detail::planner (the passes, in order), detail::dump(plan) (a
+// readable listing; xtpu::lazy::explain() prints the pending step's).
+// The passes, each a function of its own over the state the earlier ones left:
+//   1. live_statements  — a statement runs only if its output is live (outputs[s] not null;
+//                         step.hpp decides that); the rest count as DeadStatements
+//   2. number_values    — every kernel's value gets a number from its structure and inputs, so a
+//                         value computed before (in this statement or an earlier one) is not
+//                         computed again (CseEliminated); with its first and last use
+//   3. fuse_epilogues   — `t = f(matmul(a, b), ...)` becomes one kernel where the matmul's value
+//                         is not shared
+//   4. schedule         — the ops in program order and each statement's temp slots
+//   5. cost             — the cycle model of every matmul the plan runs, on the device
+//   6. place_buffers    — temporaries packed into one arena by lifetime (first fit, 64-byte
+//                         aligned); each statement's result has a buffer of its own
+// Wiring codes (signature): an external tensor is its number; the output of statement p of
+// this step is (1 << 32) | p — made and read only by the four functions below.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "xtpu/device/device.hpp"
+#include "xtpu/eval/program.hpp"
+#include "xtpu/metrics/metrics.hpp"
+
+namespace xtpu::detail {
+
+/// What recording `t = e` leaves in the step.
+struct statement {
+  const kernel_desc* kernels;
+  std::uint32_t n_kernels;
+  const kernel_desc* fused;  // the one-kernel matmul+epilogue alternative, or null
+  std::uint32_t leaf_begin, n_leaves, scalar_begin, sig_begin;
+  std::weak_ptr<storage> out;  // expired: nobody can see the result
+};
+
+/// The wiring code of a leaf: external tensor `n`, or the output of statement `p` of the step.
+constexpr std::uint64_t external_code(std::uint32_t n) noexcept { return n; }
+constexpr std::uint64_t step_output_code(std::uint32_t p) noexcept { return (std::uint64_t{1} << 32) | p; }
+constexpr bool is_step_output(std::uint64_t code) noexcept { return (code >> 32) != 0; }
+constexpr std::uint32_t code_index(std::uint64_t code) noexcept { return static_cast<std::uint32_t>(code); }
+
+/// A compiled step: what to run, where every intermediate lives.
+struct plan {
+  struct loc {
+    std::int64_t arena = -1;   // offset in the step arena, or
+    std::int32_t output = -1;  // the output of this live statement (its position in stmts)
+  };
+  struct op {
+    std::uint32_t kernel;
+    bool copy;   // the value exists already: copy it from src (a root that CSE found)
+    loc src;
+    bool fused;  // run the statement's fused matmul+epilogue kernel instead of its table
+  };
+  struct stmt_plan {
+    std::uint32_t stmt, temp_begin, op_begin, op_end;
+  };
+  std::vector<stmt_plan> stmts;  // live statements, program order
+  std::vector<loc> temps;        // per live statement, per temp slot
+  std::vector<op> ops;
+  std::size_t arena_bytes = 0;
+  std::size_t n_statements = 0;  // recorded, dead ones included
+  mxu::cost mxu;                 // the cycle model of every matmul the plan runs, on the device's generation
+};
+
+struct time_sample {
+  metrics::detail::metric_cell& cell;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~time_sample() {
+    cell.add_sample(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+  }
+};
+
+struct counters {
+  metrics::detail::counter_cell &mark_step, &cached, &uncached, &sync_points, &kernels, &cse, &dead, &mxu_cycles;
+  metrics::detail::metric_cell &compile_time, &execute_time, &to_device, &from_device, &mxu_utilization;
+  static counters& get() {
+    auto& r = metrics::detail::registry::instance();
+    static counters c{r.counter("MarkStep"), r.counter("CachedCompile"), r.counter("UncachedCompile"),
+                      r.counter("SyncPoints"), r.counter("KernelLaunch"), r.counter("CseEliminated"),
+                      r.counter("DeadStatements"), r.counter("MxuCycles"), r.metric("CompileTime"),
+                      r.metric("ExecuteTime"), r.metric("TransferToDeviceTime"), r.metric("TransferFromDeviceTime"),
+                      r.metric("MxuUtilization", metrics::unit::percent)};
+    return c;
+  }
+};
+
+/// What the passes read: the step as recorded, and which outputs are live.
+struct step_view {
+  const std::vector<statement>& stmts;
+  const std::vector<std::uint64_t>& signature;
+  const std::vector<std::shared_ptr<storage>>& outputs;  // per statement; null: dead
+  const generation& device;
+};
+
+/// Builds a plan from a step, one named pass after the other (see the top of this file).
+class planner {
+ public:
+  explicit planner(const step_view& in) : in_(in), root_value_(in.stmts.size(), 0), kv_(in.stmts.size()) {
+    p_.n_statements = in.stmts.size();
+  }
+
+  plan build() {
+    live_statements();
+    number_values();
+    fuse_epilogues();
+    schedule();
+    cost();
+    place_buffers();
+    return std::move(p_);
+  }
+
+  /// 1. Positions of the live statements, program order.
+  void live_statements() {
+    for (std::size_t s = 0; s < in_.stmts.size(); ++s) {
+      if (in_.outputs[s]) live_.push_back(s);
+      else counters::get().dead.add();
+    }
+  }
+
+  /// 2. Common subexpressions and lifetimes. Only scalar-free subtrees are shared: scalar
+  /// values are not part of the key.
+  void number_values() {
+    constexpr std::uint64_t ext_tag = std::uint64_t{2} << 60, val_tag = std::uint64_t{1} << 60;
+    std::map<std::vector<std::uint64_t>, std::uint32_t> numbering;  // structure + inputs -> value
+    for (std::size_t pos = 0; pos < live_.size(); ++pos) {
+      const std::size_t s = live_[pos];
+      const statement& st = in_.stmts[s];
+      kv_[s].resize(st.n_kernels);
+      for (std::uint32_t k = 0; k < st.n_kernels; ++k) {
+        const kernel_desc& kd = st.kernels[k];
+        const bool root = k + 1 == st.n_kernels;
+        std::uint32_t v = static_cast<std::uint32_t>(values_.size());
+        bool fresh = true;
+        if (kd.scalar_begin == kd.scalar_end) {
+          std::vector<std::uint64_t> key{kd.fingerprint};
+          for (std::uint32_t l = kd.leaf_begin; l < kd.leaf_end; ++l) {
+            const std::uint64_t code = leaf_code(st, l);
+            key.push_back(is_step_output(code) ? val_tag | root_value_[code_index(code)] : ext_tag | code);
+          }
+          for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kv_[s][t].v);
+          auto [it, inserted] = numbering.try_emplace(std::move(key), v);
+          fresh = inserted;
+          v = it->second;
+        }
+        if (fresh) {
+          plan::loc where;
+          if (root) where.output = static_cast<std::int32_t>(pos);
+          values_.push_back(value{where, kd.bytes, pos, pos, !root, 1});
+        } else {
+          counters::get().cse.add();
+          values_[v].last = pos;
+          ++values_[v].uses;
+        }
+        kv_[s][k] = {v, fresh};
+        if (root) root_value_[s] = v;
+      }
+      // a leaf read from an earlier statement keeps that value alive until here
+      for (std::uint32_t l = 0; l < st.n_leaves; ++l)
+        if (const std::uint64_t code = leaf_code(st, l); is_step_output(code)) values_[root_value_[code_index(code)]].last = pos;
+    }
+  }
+
+  /// 3. `t = f(matmul(...))` as one kernel where the matmul's value is not shared.
+  void fuse_epilogues() {
+    fused_.assign(in_.stmts.size(), 0);
+    for (std::size_t s : live_) {
+      const statement& st = in_.stmts[s];
+      if (st.fused && kv_[s][0].fresh && values_[kv_[s][0].v].uses == 1 && kv_[s][1].fresh) {
+        fused_[s] = 1;
+        values_[kv_[s][0].v].in_arena = false;
+      }
+    }
+  }
+
+  /// 4. Ops and temp slots, program order.
+  void schedule() {
+    for (std::size_t pos = 0; pos < live_.size(); ++pos) {
+      const std::size_t s = live_[pos];
+      const statement& st = in_.stmts[s];
+      plan::stmt_plan sp{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(p_.temps.size()),
+                         static_cast<std::uint32_t>(p_.ops.size()), 0};
+      if (fused_[s]) {
+        p_.ops.push_back(plan::op{0, false, {}, true});
+      } else {
+        for (std::uint32_t k = 0; k < st.n_kernels; ++k) {
+          const bool root = k + 1 == st.n_kernels;
+          if (kv_[s][k].fresh) p_.ops.push_back(plan::op{k, false, {}, false});
+          else if (root) p_.ops.push_back(plan::op{k, true, {}, false});  // src set by place_buffers
+        }
+      }
+      for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) {
+        p_.temps.push_back({});
+        temp_value_.push_back(fused_[s] ? UINT32_MAX : kv_[s][k].v);
+      }
+      sp.op_end = static_cast<std::uint32_t>(p_.ops.size());
+      p_.stmts.push_back(sp);
+    }
+  }
+
+  /// 5. The cycle model of every matmul that runs.
+  void cost() {
+    for (const auto& sp : p_.stmts)
+      for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
+        const kernel_desc& kd = kernel(p_, in_.stmts, sp, o);
+        if (!p_.ops[o].copy && kd.mm_passes)
+          p_.mxu += mxu::estimate(kd.mm_m, kd.mm_k, kd.mm_n, kd.mm_batch, kd.mm_passes, in_.device);
+      }
+  }
+
+  /// 6. The arena: first fit by lifetime, 64-byte aligned; then every temp and copy source.
+  void place_buffers() {
+    struct placed {
+      std::size_t offset, end, last;
+    };
+    std::vector<placed> active;
+    for (auto& v : values_) {
+      if (!v.in_arena) continue;
+      std::erase_if(active, [&](const placed& a) { return a.last < v.first; });
+      std::sort(active.begin(), active.end(), [](const placed& a, const placed& b) { return a.offset < b.offset; });
+      const std::size_t need = (v.bytes + 63) / 64 * 64;
+      std::size_t off = 0;
+      for (const auto& a : active) {
+        if (off + need <= a.offset) break;
+        off = std::max(off, a.end);
+      }
+      v.where.arena = static_cast<std::int64_t>(off);
+      active.push_back({off, off + need, v.last});
+      p_.arena_bytes = std::max(p_.arena_bytes, off + need);
+    }
+    for (std::size_t t = 0; t < p_.temps.size(); ++t)
+      p_.temps[t] = temp_value_[t] == UINT32_MAX ? plan::loc{} : values_[temp_value_[t]].where;
+    for (const auto& sp : p_.stmts)
+      for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o)
+        if (p_.ops[o].copy) p_.ops[o].src = values_[root_value_[sp.stmt]].where;
+  }
+
+  /// The kernel an op runs.
+  static const kernel_desc& kernel(const plan& p, const std::vector<statement>& stmts, const plan::stmt_plan& sp,
+                                   std::uint32_t o) noexcept {
+    const statement& st = stmts[sp.stmt];
+    return p.ops[o].fused ? st.fused[0] : st.kernels[p.ops[o].kernel];
+  }
+
+ private:
+  struct value {
+    plan::loc where;
+    std::uint64_t bytes;
+    std::size_t first, last;  // positions (live statement index) of definition and last use
+    bool in_arena;
+    std::uint32_t uses;       // kernels that compute this value (more than one: CSE shares it)
+  };
+  struct kernel_value {
+    std::uint32_t v;
+    bool fresh;
+  };
+  std::uint64_t leaf_code(const statement& st, std::uint32_t l) const { return in_.signature[st.sig_begin + 1 + l]; }
+
+  const step_view& in_;
+  plan p_;
+  std::vector<std::size_t> live_;          // statement index of each live position
+  std::vector<value> values_;
+  std::vector<std::uint32_t> root_value_;  // per statement: the value of its result
+  std::vector<std::vector<kernel_value>> kv_;
+  std::vector<char> fused_;
+  std::vector<std::uint32_t> temp_value_;  // parallel to plan temps (UINT32_MAX: unused slot)
+};
+
+/// A readable listing of a plan, e.g. one SGD step of a layer:
+///   plan: 3 statements, 3 live, 0 dead; 3 ops; arena 0 B; MXU 18944 cycles, 33.1 % utilization
+///     s0 -> out (256.00 KiB): matmul+epilogue 128x784x512 (1 pass) -> out
+///     s1 -> out (1.53 MiB): matmul 784x128x512 (1 pass) -> out
+///     s2 -> out (1.53 MiB): loop -> out
+inline std::string dump(const plan& p, const std::vector<statement>& stmts) {
+  std::ostringstream os;
+  const std::size_t live = p.stmts.size();
+  os << "plan: " << p.n_statements << " statements, " << live << " live, " << p.n_statements - live << " dead; "
+     << p.ops.size() << " ops; arena " << format_bytes(p.arena_bytes);
+  if (p.mxu.cycles) {
+    std::ostringstream u;
+    u.setf(std::ios::fixed);
+    u.precision(1);
+    u << 100.0 * p.mxu.utilization();
+    os << "; MXU " << p.mxu.cycles << " cycles, " << u.str() << " % utilization";
+  }
+  os << '\n';
+  auto where = [](const plan::loc& l) {
+    if (l.arena >= 0) return "arena +" + std::to_string(l.arena);
+    return l.output >= 0 ? "the output of live statement " + std::to_string(l.output) : std::string("(unused)");
+  };
+  std::size_t next = 0;
+  for (std::size_t s = 0; s < p.n_statements; ++s) {
+    if (next == live || p.stmts[next].stmt != s) {
+      os << "  s" << s << " dead\n";
+      continue;
+    }
+    const auto& sp = p.stmts[next++];
+    const statement& st = stmts[s];
+    os << "  s" << s << " -> out (" << format_bytes(st.kernels[st.n_kernels - 1].bytes) << "):";
+    for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
+      const auto& op = p.ops[o];
+      const kernel_desc& kd = planner::kernel(p, stmts, sp, o);
+      os << (o == sp.op_begin ? " " : "; ");
+      if (op.copy) {
+        os << "copy of " << where(op.src) << " (common subexpression)";
+        continue;
+      }
+      os << kd.kind;
+      if (kd.mm_passes)
+        os << ' ' << kd.mm_m << 'x' << kd.mm_k << 'x' << kd.mm_n << (kd.mm_batch > 1 ? " x" + std::to_string(kd.mm_batch) : "")
+           << " (" << kd.mm_passes << (kd.mm_passes == 1 ? " pass)" : " passes)");
+      const bool root = op.fused || op.kernel + 1 == st.n_kernels;
+      os << " -> " << (root ? std::string("out") : where(p.temps[sp.temp_begin + op.kernel]));
+    }
+    if (sp.op_begin == sp.op_end) os << " nothing to run";
+    os << '\n';
+  }
+  return os.str();
+}
+
+}  // namespace xtpu::detail
