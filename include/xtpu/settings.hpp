@@ -33,9 +33,12 @@ class config_error : public error {
 
 namespace settings {
 
-/// What a setting is called: by its setter and in the environment.
+/// What a setting is called (by its setter and in the environment) and, for a number, its
+/// valid range [lo, hi] — (lo, hi] with lo_open — the one place that range is written.
 struct setting {
   std::string_view name, env;
+  double lo = 0, hi = 0;
+  bool lo_open = false;
 };
 
 /// Throws the error for a bad value of `s` (the one place its message is written).
@@ -47,16 +50,15 @@ template <class Error = config_error>
 }
 
 namespace detail {
-inline std::string integer_range(std::int64_t lo, std::int64_t hi) {
-  return "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-}
-inline std::string real_range(double lo, double hi, bool lo_open) {
+inline std::string range_text(const setting& s, bool integer) {
   std::ostringstream os;
-  os << "a number in " << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
+  os << (integer ? "an integer in " : "a number in ") << (s.lo_open ? "(" : "[");
+  if (integer) os << static_cast<std::int64_t>(s.lo) << ", " << static_cast<std::int64_t>(s.hi) << "]";
+  else os << s.lo << ", " << s.hi << "]";
   return os.str();
 }
-inline bool in_range(double v, double lo, double hi, bool lo_open) {
-  return (lo_open ? v > lo : v >= lo) && v <= hi;  // NaN is in no range
+inline bool in_range(const setting& s, double v) {
+  return (s.lo_open ? v > s.lo : v >= s.lo) && v <= s.hi;  // NaN is in no range
 }
 }  // namespace detail
 
@@ -67,36 +69,35 @@ inline std::optional<std::string_view> from_env(const setting& s) {
   return std::string_view(e);
 }
 
-/// An integer in [lo, hi] given to a setter.
-inline std::int64_t integer(const setting& s, std::int64_t v, std::int64_t lo, std::int64_t hi) {
-  if (v < lo || v > hi) invalid(s, std::to_string(v), detail::integer_range(lo, hi));
+/// An integer in the setting's range, given to a setter.
+inline std::int64_t integer(const setting& s, std::int64_t v) {
+  if (!detail::in_range(s, static_cast<double>(v))) invalid(s, std::to_string(v), detail::range_text(s, true));
   return v;
 }
-/// An integer in [lo, hi] from text, all of it ("8x", " 8", "abc" are errors).
-inline std::int64_t integer(const setting& s, std::string_view text, std::int64_t lo, std::int64_t hi) {
+/// An integer in the setting's range from text, all of it ("8x", " 8", "abc" are errors).
+inline std::int64_t integer(const setting& s, std::string_view text) {
   std::int64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || end != text.data() + text.size() || v < lo || v > hi)
-    invalid(s, text, detail::integer_range(lo, hi));
+  if (ec != std::errc{} || end != text.data() + text.size() || !detail::in_range(s, static_cast<double>(v)))
+    invalid(s, text, detail::range_text(s, true));
   return v;
 }
 
-/// A real number in (lo, hi] (`lo_open`, the default) or [lo, hi], given to a setter.
-inline double real(const setting& s, double v, double lo, double hi, bool lo_open = true) {
-  if (!detail::in_range(v, lo, hi, lo_open)) {
+/// A real number in the setting's range, given to a setter.
+inline double real(const setting& s, double v) {
+  if (!detail::in_range(s, v)) {
     std::ostringstream value;
     value << v;
-    invalid(s, value.str(), detail::real_range(lo, hi, lo_open));
+    invalid(s, value.str(), detail::range_text(s, false));
   }
   return v;
 }
-/// The same from text, all of it.
-inline double real(const setting& s, std::string_view text, double lo, double hi, bool lo_open = true) {
-  const std::string t(text);
-  char* end = nullptr;
-  const double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || end != t.c_str() + t.size() || !detail::in_range(v, lo, hi, lo_open))
-    invalid(s, text, detail::real_range(lo, hi, lo_open));
+/// The same from text, all of it, in the C locale's format ("0.5"; " 0.5", "0x1p-1", "nan" are errors).
+inline double real(const setting& s, std::string_view text) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
+  if (ec != std::errc{} || end != text.data() + text.size() || !detail::in_range(s, v))
+    invalid(s, text, detail::range_text(s, false));
   return v;
 }
 

@@ -98,5 +98,8 @@ TEST(Interop, AdaptViewsAndXtensorsOfAnyLayout) {
   EXPECT_EQ(x.to_host()(1, 1), 10.0f);
   xtpu::tensor<float, 2> col = xtpu::from_host(xt::view(t, xt::all(), 1));  // a strided view
   EXPECT_EQ(col.to_host()(1), 10.0f);
+  xtpu::tensor<float, 2> row = xtpu::from_host(xt::view(t, 1));  // contiguous, but not at the start
+  EXPECT_EQ(row.to_host()(0), 9.0f);
+  EXPECT_EQ(row.to_host()(1), 10.0f);
   EXPECT_THROW((xtpu::tensor<float, 3, 2>(xtpu::from_host(t))), xtpu::shape_error);
 }

@@ -28,8 +28,9 @@ struct Recovery : ::testing::Test {
 
 constexpr std::size_t mib = std::size_t{1} << 20;
 
-/// The int value of a kernel path this CPU cannot run: a real one where the CPU lacks it,
-/// else a value past the enum (what a forced XTPU_ISA the CPU lacks does to the next step).
+/// The int value of a kernel path this CPU cannot run: a real one where the CPU lacks it, else
+/// a value past the enum. Written straight into the ISA cell (settings reject it at start-up
+/// and in set_isa), it makes the next matmul kernel throw mid-step: a kernel failure to recover from.
 int unsupported_isa() {
   for (xtpu::isa i : {xtpu::isa::avx512bf16, xtpu::isa::avx512, xtpu::isa::avx2})
     if (!xtpu::kernels::supported(i)) return static_cast<int>(i);

@@ -61,7 +61,7 @@ inline std::string format_bytes(std::uint64_t b) {
   return os.str();
 }
 inline constexpr settings::setting device_setting{"device", "XTPU_DEVICE"};
-inline constexpr settings::setting fraction_setting{"memory_fraction", "XTPU_MEMORY_FRACTION"};
+inline constexpr settings::setting fraction_setting{"memory_fraction", "XTPU_MEMORY_FRACTION", 0.0, 1.0, /*lo_open*/ true};
 
 /// The generation called `name`; device_not_available naming the valid ones otherwise.
 inline const generation& find_generation(std::string_view name) {
@@ -85,7 +85,7 @@ class device {
   void set_hbm_bytes(std::uint64_t b) noexcept { hbm_bytes_.store(b); }
   double memory_fraction() const noexcept { return fraction_.load(); }
   /// config_error unless 0 < f <= 1.
-  void set_memory_fraction(double f) { fraction_.store(settings::real(detail::fraction_setting, f, 0.0, 1.0)); }
+  void set_memory_fraction(double f) { fraction_.store(settings::real(detail::fraction_setting, f)); }
   /// memory_fraction × HBM: what allocations may use in all.
   std::uint64_t capacity() const noexcept {
     return static_cast<std::uint64_t>(static_cast<double>(hbm_bytes()) * memory_fraction());
@@ -158,7 +158,7 @@ class device {
   }
   static double env_fraction() {
     const auto e = settings::from_env(detail::fraction_setting);
-    return e ? settings::real(detail::fraction_setting, *e, 0.0, 1.0) : 0.9;
+    return e ? settings::real(detail::fraction_setting, *e) : 0.9;
   }
   static std::size_t block_size(std::size_t bytes) noexcept { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
   void deallocate_accounting(std::size_t bytes) noexcept {

@@ -119,7 +119,6 @@ struct lifetime_mark {
   lifetime_mark(const lifetime_mark&) : lifetime_mark() {}
   lifetime_mark& operator=(const lifetime_mark&) noexcept { return *this; }
   ~lifetime_mark() { table(this, 0); }
-  std::uint64_t lifetime_serial() const noexcept { return serial_; }
   /// Whether the tensor object that had `serial` when captured is still the one at m.
   static bool alive(const lifetime_mark* m, std::uint64_t serial) { return table(m, std::nullopt) == serial; }
 
@@ -138,10 +137,15 @@ struct lifetime_mark {
     const auto it = live.find(m);
     return it == live.end() ? 0 : it->second;
   }
-  std::uint64_t serial_;
 #else
   static constexpr bool alive(const lifetime_mark*, std::uint64_t) noexcept { return true; }
 #endif
+ public:
+  /// This tensor object's serial (0 in an unchecked build).
+  std::uint64_t lifetime_serial() const noexcept { return serial_; }
+
+ private:
+  std::uint64_t serial_ = 0;  // in every build, so checked and unchecked objects have one layout
 };
 
 template <class D>

@@ -83,7 +83,7 @@ inline const cpu_features& features() noexcept {
 }
 
 inline constexpr settings::setting isa_setting{"isa", "XTPU_ISA"};
-inline constexpr settings::setting threads_setting{"num_threads", "XTPU_NUM_THREADS"};
+inline constexpr settings::setting threads_setting{"num_threads", "XTPU_NUM_THREADS", 1, max_threads};
 inline constexpr std::array<isa, 4> all_isas{isa::scalar, isa::avx2, isa::avx512, isa::avx512bf16};
 
 /// i, if this CPU runs it; else the setting's error, listing the paths it does run.
@@ -121,7 +121,7 @@ inline std::atomic<int>& isa_cell() {
 
 inline std::atomic<int>& threads_cell() {
   static std::atomic<int> cell{[] {
-    if (const auto e = settings::from_env(threads_setting)) return static_cast<int>(settings::integer(threads_setting, *e, 1, max_threads));
+    if (const auto e = settings::from_env(threads_setting)) return static_cast<int>(settings::integer(threads_setting, *e));
     const unsigned hw = std::thread::hardware_concurrency();
     return static_cast<int>(std::clamp<unsigned>(hw, 1, max_threads));
   }()};
@@ -150,7 +150,7 @@ inline void set_isa(isa i) { detail::isa_cell().store(static_cast<int>(detail::r
 inline int num_threads() { return detail::threads_cell().load(); }
 /// config_error unless 1 <= n <= max_threads.
 inline void set_num_threads(int n) {
-  detail::threads_cell().store(static_cast<int>(settings::integer(detail::threads_setting, n, 1, max_threads)));
+  detail::threads_cell().store(static_cast<int>(settings::integer(detail::threads_setting, n)));
 }
 
 }  // namespace kernels

@@ -86,15 +86,14 @@ class plan_cache {
     std::lock_guard lock(mu_);
     return lru_.size();
   }
-  /// config_error unless 1 <= n <= max_plans.
+  /// config_error unless n is in cache_setting's range.
   void set_capacity(std::size_t n) {
-    const auto checked = settings::integer(cache_setting, static_cast<std::int64_t>(std::min<std::size_t>(n, INT64_MAX)), 1, max_plans);
+    const auto checked = settings::integer(cache_setting, static_cast<std::int64_t>(std::min<std::size_t>(n, INT64_MAX)));
     std::lock_guard lock(mu_);
     capacity_ = static_cast<std::size_t>(checked);
     trim();
   }
-  static constexpr settings::setting cache_setting{"plan_cache_capacity", "XTPU_CACHE_SIZE"};
-  static constexpr std::int64_t max_plans = 1'000'000;
+  static constexpr settings::setting cache_setting{"plan_cache_capacity", "XTPU_CACHE_SIZE", 1, 1'000'000};
   void clear() {
     std::lock_guard lock(mu_);
     lru_.clear();
@@ -109,7 +108,7 @@ class plan_cache {
   };
   plan_cache() {
     const auto e = settings::from_env(cache_setting);
-    capacity_ = e ? static_cast<std::size_t>(settings::integer(cache_setting, *e, 1, max_plans)) : 1024;
+    capacity_ = e ? static_cast<std::size_t>(settings::integer(cache_setting, *e)) : 1024;
   }
   void trim() {
     while (lru_.size() > capacity_) {
@@ -192,18 +191,15 @@ class step {
   /// cached — so the next mark_step() of the same step is a cache hit. Runs nothing.
   std::string explain() {
     if (stmts_.empty()) return "plan: nothing pending\n";
-    const std::size_t g0 = signature_.size();
-    std::string text;
-    try {
-      text = dump(*compiled(counters::get()), stmts_);
-    } catch (...) {
-      outputs_.clear();
-      signature_.resize(g0);
-      throw;
-    }
-    outputs_.clear();
-    signature_.resize(g0);
-    return text;
+    struct undo_compiled {  // the step stays as recorded, whatever happens
+      step& s;
+      std::size_t g0 = s.signature_.size();
+      ~undo_compiled() {
+        s.outputs_.clear();
+        s.signature_.resize(g0);
+      }
+    } undo{*this};
+    return dump(*compiled(counters::get()), stmts_);
   }
 
   /// Compiles (or finds) and runs everything pending. On an exception the step stays pending
@@ -218,7 +214,7 @@ class step {
       run_keyed(c);
     } catch (...) {
       for (auto& o : outputs_)  // outputs are fresh storages: nothing but this run gave them memory
-        if (o && o->owner.load(std::memory_order_relaxed) == this) o->buffer = device_buffer();
+        if (o) o->buffer = device_buffer();
       outputs_.clear();
       buffers_.clear();
       if (arena_grown_) arena_ = device_buffer();  // grown for this run: give it back
@@ -237,10 +233,13 @@ class step {
   /// outputs_ and appending the liveness words to signature_; the caller undoes both).
   std::shared_ptr<const plan> compiled(counters& c) {
     hold_live_outputs();
-    std::uint64_t live_bits = 0;
+    std::uint64_t live_bits = 0;  // exact: one bit per statement, 64 to a word
     for (std::size_t i = 0; i < stmts_.size(); ++i) {
-      live_bits = combine_step(live_bits, outputs_[i] ? 1 : 0);
-      if (i % 64 == 63 || i + 1 == stmts_.size()) signature_.push_back(live_bits);
+      live_bits |= std::uint64_t{outputs_[i] != nullptr} << (i % 64);
+      if (i % 64 == 63 || i + 1 == stmts_.size()) {
+        signature_.push_back(live_bits);
+        live_bits = 0;
+      }
     }
     std::uint64_t key = static_cast<std::uint64_t>(op_tag::step);
     for (auto w : signature_) key = combine_step(key, w);
@@ -346,7 +345,7 @@ class step {
     for (const auto& sp : p.stmts) outputs_[sp.stmt]->owner.store(nullptr, std::memory_order_release);
     forget();
   }
-  /// The output of the plan's i-th live statement (held in outputs_ by run_keyed).
+  /// The output of the plan's i-th live statement (held in outputs_ by hold_live_outputs).
   storage& output(const plan& p, std::size_t i) const noexcept { return *outputs_[p.stmts[i].stmt]; }
 
   /// The thread ends with statements pending: their values will never exist.

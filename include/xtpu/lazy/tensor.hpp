@@ -258,12 +258,14 @@ void check_host_size(std::size_t n) {
                     shape_string<Shape>() + ", got " + std::to_string(n));
 }
 
-/// Runs f on the row-major elements of a host expression: in place for a row-major container
-/// or adaptor, else from a row-major copy.
+/// Runs f on the row-major elements of a host expression: in place where they are contiguous
+/// in row-major order (a container, an adaptor, a view of whole rows: from data() +
+/// data_offset()), else from a row-major copy.
 template <class T, class E, class F>
 decltype(auto) with_row_major(const E& e, F&& f) {
-  if constexpr (requires { E::contiguous_layout; e.data(); e.layout(); }) {
-    if (E::contiguous_layout && e.layout() == xt::layout_type::row_major) return f(static_cast<const T*>(e.data()));
+  if constexpr (requires { E::contiguous_layout; e.data(); e.data_offset(); e.layout(); }) {
+    if (E::contiguous_layout && e.layout() == xt::layout_type::row_major)
+      return f(static_cast<const T*>(e.data() + e.data_offset()));
   }
   const xt::xarray<T, xt::layout_type::row_major> copy = e;
   return f(copy.data());
