@@ -212,7 +212,7 @@ class planner {
   void cost() {
     for (const auto& sp : p_.stmts)
       for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
-        const kernel_desc& kd = kernel(p_, in_.stmts, sp, o);
+        const kernel_desc& kd = kernel(p_.ops[o], in_.stmts[sp.stmt]);
         if (!p_.ops[o].copy && kd.mm_passes)
           p_.mxu += mxu::estimate(kd.mm_m, kd.mm_k, kd.mm_n, kd.mm_batch, kd.mm_passes, in_.device);
       }
@@ -245,11 +245,13 @@ class planner {
         if (p_.ops[o].copy) p_.ops[o].src = values_[root_value_[sp.stmt]].where;
   }
 
-  /// The kernel an op runs.
-  static const kernel_desc& kernel(const plan& p, const std::vector<statement>& stmts, const plan::stmt_plan& sp,
-                                   std::uint32_t o) noexcept {
-    const statement& st = stmts[sp.stmt];
-    return p.ops[o].fused ? st.fused[0] : st.kernels[p.ops[o].kernel];
+  /// The kernel an op of statement st runs.
+  static const kernel_desc& kernel(const plan::op& op, const statement& st) noexcept {
+    return op.fused ? st.fused[0] : st.kernels[op.kernel];
+  }
+  /// Whether an op of statement st writes the statement's output (else its temp slot).
+  static bool writes_output(const plan::op& op, const statement& st) noexcept {
+    return op.fused || op.kernel + 1 == st.n_kernels;
   }
 
  private:
@@ -309,7 +311,7 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts) {
     os << "  s" << s << " -> out (" << format_bytes(st.kernels[st.n_kernels - 1].bytes) << "):";
     for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
       const auto& op = p.ops[o];
-      const kernel_desc& kd = planner::kernel(p, stmts, sp, o);
+      const kernel_desc& kd = planner::kernel(op, st);
       os << (o == sp.op_begin ? " " : "; ");
       if (op.copy) {
         os << "copy of " << where(op.src) << " (common subexpression)";
@@ -319,8 +321,7 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts) {
       if (kd.mm_passes)
         os << ' ' << kd.mm_m << 'x' << kd.mm_k << 'x' << kd.mm_n << (kd.mm_batch > 1 ? " x" + std::to_string(kd.mm_batch) : "")
            << " (" << kd.mm_passes << (kd.mm_passes == 1 ? " pass)" : " passes)");
-      const bool root = op.fused || op.kernel + 1 == st.n_kernels;
-      os << " -> " << (root ? std::string("out") : where(p.temps[sp.temp_begin + op.kernel]));
+      os << " -> " << (planner::writes_output(op, st) ? std::string("out") : where(p.temps[sp.temp_begin + op.kernel]));
     }
     if (sp.op_begin == sp.op_end) os << " nothing to run";
     os << '\n';

@@ -191,13 +191,10 @@ class step {
   /// cached — so the next mark_step() of the same step is a cache hit. Runs nothing.
   std::string explain() {
     if (stmts_.empty()) return "plan: nothing pending\n";
-    struct undo_compiled {  // the step stays as recorded, whatever happens
+    struct guard {  // the step stays as recorded, whatever happens
       step& s;
       std::size_t g0 = s.signature_.size();
-      ~undo_compiled() {
-        s.outputs_.clear();
-        s.signature_.resize(g0);
-      }
+      ~guard() { s.undo_compiled(g0); }
     } undo{*this};
     return dump(*compiled(counters::get()), stmts_);
   }
@@ -210,23 +207,24 @@ class step {
     if (stmts_.empty()) return;
     auto& c = counters::get();
     const std::size_t g0 = signature_.size();
+    arena_grown_ = false;
     try {
-      run_keyed(c);
+      execute(*compiled(c));
     } catch (...) {
       for (auto& o : outputs_)  // outputs are fresh storages: nothing but this run gave them memory
         if (o) o->buffer = device_buffer();
-      outputs_.clear();
       buffers_.clear();
       if (arena_grown_) arena_ = device_buffer();  // grown for this run: give it back
-      signature_.resize(g0);
+      undo_compiled(g0);
       throw;
     }
   }
 
  private:
-  void run_keyed(counters& c) {
-    arena_grown_ = false;
-    execute(*compiled(c));
+  /// Undoes compiled(): drops the held outputs and the liveness words appended after g0.
+  void undo_compiled(std::size_t g0) noexcept {
+    outputs_.clear();
+    signature_.resize(g0);
   }
 
   /// The plan of what is pending, from the cache or built now (holding the live outputs in
@@ -328,8 +326,8 @@ class step {
       void* out = output(p, i).buffer.data();
       for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
         const plan::op& op = p.ops[o];
-        const kernel_desc& kd = op.fused ? st.fused[0] : st.kernels[op.kernel];
-        void* dst = op.fused || op.kernel + 1 == st.n_kernels ? out : const_cast<void*>(temp_ptrs_[op.kernel]);
+        const kernel_desc& kd = planner::kernel(op, st);
+        void* dst = planner::writes_output(op, st) ? out : const_cast<void*>(temp_ptrs_[op.kernel]);
         if (op.copy) {
           std::memcpy(dst, where(op.src), kd.bytes);
         } else {

@@ -53,6 +53,11 @@ template <class T, std::size_t... Dims>
 using host_t = std::conditional_t<(sizeof(T) * (Dims * ... * std::size_t{1}) <= host_fixed_limit),
                                   xt::xtensor_fixed<T, xt::xshape<Dims...>>, xt::xtensor<T, sizeof...(Dims)>>;
 
+template <class E>
+inline constexpr bool is_host_fixed_v = false;
+template <class T, std::size_t... D>
+inline constexpr bool is_host_fixed_v<xt::xtensor_fixed<T, xt::xshape<D...>>> = true;
+
 /// Runs what is pending (a sync point) and times the copy out.
 inline void sync() {
   counters::get().sync_points.add();
@@ -125,8 +130,7 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   /// The value on the host (a sync point); see host_type.
   host_type to_host() const {
     host_type out;
-    if constexpr (!std::is_same_v<host_type, xt::xtensor_fixed<T, xt::xshape<Dims...>>>)
-      out.resize({Dims...});
+    if constexpr (!detail::is_host_fixed_v<host_type>) out.resize({Dims...});
     read_into(out.data());
     return out;
   }
@@ -277,11 +281,6 @@ template <class E>
 struct host_array {
   E expr;
 };
-
-template <class E>
-inline constexpr bool is_host_fixed_v = false;
-template <class T, std::size_t... D>
-inline constexpr bool is_host_fixed_v<xt::xtensor_fixed<T, xt::xshape<D...>>> = true;
 }  // namespace detail
 
 /// Copies host data to the device now (a transfer, not a pending computation). The shape is
