@@ -1,18 +1,79 @@
-// xtpu/eval/evaluator.hpp — how a materialized node kind runs (the nodes only say what).
+// xtpu/eval/evaluator.hpp — how a node kind runs (the nodes in expr/ only say what), and the
+// one walker that numbers every slot.
 //
-// Provides: detail::evaluator<N>, specialised per materialized node kind (eval/matmul.hpp,
-// eval/reduce.hpp): static compute<LB, SB, TB>(bound, out, ...) writes N's value into out,
-// reading its operands from the bound at base offsets LB (leaves), SB (scalars), TB (temps).
-// Node kinds without a specialisation are not materialized: they fuse into their consumer's
-// loop through their load().
+// Provides:
+//   detail::bound — what a kernel reads at run time: the post-order leaf, scalar and temp
+//     arrays of the statement being executed;
+//   detail::slots, detail::child_slots<N, S, I>, detail::own_slots<N, S> — where the leaves,
+//     scalars and temps of node N's child I (and N's own captures, after all its children's)
+//     start when N's start at S. Post-order: every other slot number in xtpu is computed here;
+//   detail::evaluator<N>, specialised per node kind (eval/elementwise.hpp, eval/layout.hpp,
+//     eval/matmul.hpp, eval/reduce.hpp): load<S>(bound, i), the element at flat index i of N
+//     placed at slots S, in N's compute type; materialized kinds add compute<S>(bound, out, ...),
+//     which writes N's value into out (and their load reads that buffer: own_slots<N, S>.temp);
+//   detail::load_child<N, S, I>(bound, i) — child I's element i.
 #pragma once
 
 #include <cstddef>
+#include <tuple>
+#include <utility>
+
+#include "xtpu/dtype/dtype.hpp"
 
 namespace xtpu::detail {
 
+/// What a kernel reads at run time (post-order arrays of the statement being executed).
+struct bound {
+  const void* const* leaves;
+  const double* scalars;
+  const void* const* temps;
+};
+
+/// The first leaf, scalar and temp slot of a subtree.
+struct slots {
+  std::size_t leaf = 0, scalar = 0, temp = 0;
+};
+
+template <class N, std::size_t I>
+using child_t = std::tuple_element_t<I, typename N::children>;
+template <class N>
+inline constexpr std::size_t children_count_v = std::tuple_size_v<typename N::children>;
+
+namespace walk {
+template <class N, std::size_t... I>
+constexpr slots advance(slots s, std::index_sequence<I...>) noexcept {
+  ((s.leaf += child_t<N, I>::n_leaves, s.scalar += child_t<N, I>::n_scalars, s.temp += child_t<N, I>::n_temps), ...);
+  return s;
+}
+}  // namespace walk
+
+/// Where child I of N starts when N starts at S: after children 0..I-1.
+template <class N, slots S, std::size_t I>
+inline constexpr slots child_slots = walk::advance<N>(S, std::make_index_sequence<I>{});
+
+/// Where N's own captures are when N starts at S: after all its children (a leaf's tensor, a
+/// scalar's value, pad's padding value, a materialized node's output temp).
+template <class N, slots S>
+inline constexpr slots own_slots = child_slots<N, S, children_count_v<N>>;
+
 template <class N>
 struct evaluator;
+
+/// Child I of N (placed at S): its element at flat index i.
+template <class N, slots S, std::size_t I>
+constexpr auto load_child(const bound& b, std::size_t i) noexcept {
+  return evaluator<child_t<N, I>>::template load<child_slots<N, S, I>>(b, i);
+}
+
+/// A materialized node is read from its own buffer: the last temp slot of its subtree.
+template <class N>
+struct materialized_evaluator {
+  template <slots S>
+  static compute_t<typename N::value_type> load(const bound& b, std::size_t i) noexcept {
+    using T = typename N::value_type;
+    return load_as<T>(static_cast<const T*>(b.temps[own_slots<N, S>.temp])[i]);
+  }
+};
 
 /// A tile epilogue of a matmul (f32 results only): ep(ctx, offset, row0, col0, rows, cols)
 /// runs on each finished tile of the batch starting at flat offset `offset`.

@@ -1,7 +1,7 @@
 // xtpu/eval/matmul.hpp — the evaluator of matmul_node: operands to the systolic emulator,
 // the precision levels, the output rounding.
 //
-// Provides: detail::evaluator<matmul_node<Prec, L, R>>::compute. Per batch, an operand that
+// Provides: detail::evaluator<matmul_node<Prec, L, R>>::compute<S>. Per batch, an operand that
 // is a tensor (or a tensor transposed) is read in place through strides; any other
 // expression is evaluated once into an f32 buffer first. DEFAULT runs one mxu::pass (with the
 // tile epilogue, if any); HIGH and HIGHEST run mxu::multi_pass (kernels/matmul.hpp). Batches
@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "xtpu/eval/evaluator.hpp"
+#include "xtpu/eval/elementwise.hpp"
 #include "xtpu/expr/node.hpp"
 #include "xtpu/kernels/cpu.hpp"
 #include "xtpu/kernels/matmul.hpp"
@@ -51,26 +51,26 @@ inline constexpr bool is_transposed_leaf_v<permute_node<C, P...>> = [] {
 }();
 
 /// The operand Node (shape (..., rows, cols)) of one batch, as the emulator reads it.
-template <class Node, std::size_t LB, std::size_t SB, std::size_t TB>
+template <class Node, slots S>
 struct operand_source {
-  using S = typename Node::shape_type;
-  static constexpr std::size_t rows = S::dims[S::rank - 2], cols = S::dims[S::rank - 1];
+  using Shape = typename Node::shape_type;
+  static constexpr std::size_t rows = Shape::dims[Shape::rank - 2], cols = Shape::dims[Shape::rank - 1];
   std::vector<float> values;  // only for expressions that are evaluated first
 
   explicit operand_source(const bound& b) {
     if constexpr (!is_leaf_v<Node> && !is_transposed_leaf_v<Node>) {
-      values.resize(S::size);
-      for (std::size_t i = 0; i < S::size; ++i) values[i] = static_cast<float>(Node::template load<LB, SB, TB>(b, i));
+      values.resize(Shape::size);
+      for (std::size_t i = 0; i < Shape::size; ++i) values[i] = static_cast<float>(evaluator<Node>::template load<S>(b, i));
     }
   }
   mxu::matrix_view view(const bound& b, std::size_t batch) const {
     if constexpr (is_leaf_v<Node>) {
       using T = typename Node::value_type;
-      const T* base = static_cast<const T*>(b.leaves[LB]) + batch * rows * cols;
+      const T* base = static_cast<const T*>(b.leaves[S.leaf]) + batch * rows * cols;
       return {base, std::is_same_v<T, bf16>, cols, 1};
     } else if constexpr (is_transposed_leaf_v<Node>) {
       using T = typename Node::value_type;
-      const T* base = static_cast<const T*>(b.leaves[LB]) + batch * rows * cols;
+      const T* base = static_cast<const T*>(b.leaves[S.leaf]) + batch * rows * cols;
       return {base, std::is_same_v<T, bf16>, 1, rows};  // element (r, c) is x[c][r]
     } else {
       return {values.data() + batch * rows * cols, false, cols, 1};
@@ -83,25 +83,24 @@ struct operand_source {
 namespace xtpu::detail {
 
 template <precision Prec, class L, class R>
-struct evaluator<matmul_node<Prec, L, R>> {
+struct evaluator<matmul_node<Prec, L, R>> : materialized_evaluator<matmul_node<Prec, L, R>> {
   using node = matmul_node<Prec, L, R>;
   using value_type = typename node::value_type;
 
-  template <std::size_t LB, std::size_t SB, std::size_t TB>
+  template <slots S>
   static void compute(const bound& b, value_type* out, epilogue_fn ep = nullptr, const void* ctx = nullptr);
 };
 
 template <precision Prec, class L, class R>
-template <std::size_t LB, std::size_t SB, std::size_t TB>
+template <slots S>
 void evaluator<matmul_node<Prec, L, R>>::compute(const bound& b, value_type* out, epilogue_fn ep, const void* ctx) {
   using LS = typename L::shape_type;
   using RS = typename R::shape_type;
   using OS = typename node::shape_type;
   constexpr std::size_t M = LS::dims[LS::rank - 2], K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
   constexpr std::size_t batches = OS::size / (M * N);
-  using offs = detail::offsets<L, R>;
-  const detail::operand_source<L, LB + offs::leaves[0], SB + offs::scalars[0], TB + offs::temps[0]> lhs(b);
-  const detail::operand_source<R, LB + offs::leaves[1], SB + offs::scalars[1], TB + offs::temps[1]> rhs(b);
+  const detail::operand_source<L, child_slots<node, S, 0>> lhs(b);
+  const detail::operand_source<R, child_slots<node, S, 1>> rhs(b);
   const isa path = kernels::active_isa();
   mxu::for_each_batch(batches, 2.0 * M * N * K, kernels::num_threads(), [&](std::size_t ob, int threads) {
     // the operands' batches broadcast to the result's (NumPy rule, as for elementwise ops)

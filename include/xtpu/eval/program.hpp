@@ -9,6 +9,7 @@
 // runtime never walks an expression tree.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@
 
 #include "xtpu/eval/cost.hpp"
 #include "xtpu/eval/evaluator.hpp"
+#include "xtpu/eval/layout.hpp"
 #include "xtpu/eval/matmul.hpp"
 #include "xtpu/eval/reduce.hpp"
 #include "xtpu/expr/node.hpp"
@@ -27,21 +29,32 @@ struct kernel_desc {
   std::uint64_t fingerprint;  // of the subtree this kernel computes
   void (*run)(const bound&, void* dst);
   std::uint32_t leaf_begin, leaf_end, scalar_begin, scalar_end, temp_begin, temp_end;
-  std::uint64_t bytes;  // of its output
+  std::uint64_t bytes;     // of its output
+  std::uint64_t elements;  // of its output
   std::uint64_t mm_m = 0, mm_k = 0, mm_n = 0, mm_batch = 0, mm_passes = 0;  // a matmul's dims (cycle model)
   const char* kind = "loop";  // "matmul", "reduce", "loop" (fused elementwise), "matmul+epilogue"
+  /// A loop's elements [begin, end) (null for other kinds): what a multi-output loop runs.
+  void (*run_range)(const bound&, void* dst, std::size_t begin, std::size_t end) = nullptr;
+  /// Bit l: the loop reads statement leaf l (l < 64) only at the element it writes, or not at
+  /// all (a materialized child reads it, before the loop) — so its output may share l's buffer.
+  std::uint64_t same_index_leaves = 0;
 };
 
-template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+template <class N, slots S>
 void run_materialized(const bound& b, void* dst) {
-  evaluator<N>::template compute<LB, SB, TB>(b, static_cast<typename N::value_type*>(dst));
+  evaluator<N>::template compute<S>(b, static_cast<typename N::value_type*>(dst));
+}
+
+template <class N>
+void run_elementwise_range(const bound& b, void* dst, std::size_t begin, std::size_t end) {
+  using T = typename N::value_type;
+  T* out = static_cast<T*>(dst);
+  for (std::size_t i = begin; i < end; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
 }
 
 template <class N>
 void run_elementwise(const bound& b, void* dst) {
-  using T = typename N::value_type;
-  T* out = static_cast<T*>(dst);
-  for (std::size_t i = 0; i < N::shape_type::size; ++i) out[i] = store_as<T>(N::template load<0, 0, 0>(b, i));
+  run_elementwise_range<N>(b, dst, 0, N::shape_type::size);
 }
 
 template <std::size_t A, std::size_t B>
@@ -53,47 +66,84 @@ constexpr std::array<kernel_desc, A + B> concat(const std::array<kernel_desc, A>
   return r;
 }
 
-template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+template <class N>
+inline constexpr bool is_map_v = false;
+template <class Op, class... C>
+inline constexpr bool is_map_v<map<Op, C...>> = true;
+template <class N>
+inline constexpr bool is_reshape_v = false;
+template <class Shape, class C>
+inline constexpr bool is_reshape_v<reshape_node<Shape, C>> = true;
+
+/// The leaves of N (placed at S) that N's loop reads only at the element it computes: reached
+/// through maps whose operand has the map's own shape (no broadcast) and reshapes, or only
+/// below a materialized node. Conservative: any other path (a broadcast, permute, slice, pad,
+/// concat) clears the bits of its leaves.
+template <class N, slots S>
+constexpr std::uint64_t same_index_leaves() {
+  constexpr auto bits = [](std::size_t first, std::size_t n) {
+    std::uint64_t m = 0;
+    for (std::size_t l = first; l < first + n && l < 64; ++l) m |= std::uint64_t{1} << l;
+    return m;
+  };
+  if constexpr (N::materialized || N::n_leaves == 0) {
+    return bits(S.leaf, N::n_leaves);
+  } else if constexpr (children_count_v<N> == 0) {
+    return bits(S.leaf, N::n_leaves);  // a leaf: read at the element itself
+  } else if constexpr (is_map_v<N> || is_reshape_v<N>) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return ((std::is_same_v<typename child_t<N, I>::shape_type, typename N::shape_type> || is_reshape_v<N>
+                   ? same_index_leaves<child_t<N, I>, child_slots<N, S, I>>()
+                   : std::uint64_t{0}) |
+              ... | std::uint64_t{0});
+    }(std::make_index_sequence<children_count_v<N>>{});
+  } else {
+    return 0;
+  }
+}
+
+template <class N, slots S>
 constexpr kernel_desc describe(void (*run)(const bound&, void*)) {
-  kernel_desc d{N::fingerprint, run, LB, LB + N::n_leaves, SB, SB + N::n_scalars,
-                TB, TB + N::n_temps - (N::materialized ? 1 : 0),
-                N::shape_type::size * sizeof(typename N::value_type)};
+  kernel_desc d{N::fingerprint, run,
+                static_cast<std::uint32_t>(S.leaf), static_cast<std::uint32_t>(S.leaf + N::n_leaves),
+                static_cast<std::uint32_t>(S.scalar), static_cast<std::uint32_t>(S.scalar + N::n_scalars),
+                static_cast<std::uint32_t>(S.temp), static_cast<std::uint32_t>(own_slots<N, S>.temp),
+                N::shape_type::size * sizeof(typename N::value_type), N::shape_type::size};
   if constexpr (mxu::detail::matmul_info<N>::is) {
     using I = mxu::detail::matmul_info<N>;
     d.mm_m = I::M, d.mm_k = I::K, d.mm_n = I::N, d.mm_batch = I::batch, d.mm_passes = I::passes;
     d.kind = "matmul";
   } else if constexpr (N::materialized) {
     d.kind = "reduce";
+  } else {
+    d.run_range = &run_elementwise_range<N>;
+    d.same_index_leaves = same_index_leaves<N, S>();
   }
   return d;
 }
 
-template <class Tuple>
-struct offsets_of;
-template <class... C>
-struct offsets_of<std::tuple<C...>> : offsets<C...> {};
-
-template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+template <class N, slots S>
 constexpr auto kernels_of();
 
-template <class N, std::size_t LB, std::size_t SB, std::size_t TB, std::size_t I = 0>
+/// The kernels of N's children (N placed at S), in post-order.
+template <class N, slots S>
 constexpr auto children_kernels() {
-  using Ch = typename N::children;
-  if constexpr (I == std::tuple_size_v<Ch>) {
-    return std::array<kernel_desc, 0>{};
-  } else {
-    using O = offsets_of<Ch>;
-    return concat(kernels_of<std::tuple_element_t<I, Ch>, LB + O::leaves[I], SB + O::scalars[I], TB + O::temps[I]>(),
-                  children_kernels<N, LB, SB, TB, I + 1>());
-  }
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return [](auto... tables) {
+      std::array<kernel_desc, (std::tuple_size_v<decltype(tables)> + ... + 0)> r{};
+      [[maybe_unused]] std::size_t k = 0;
+      ((std::copy(tables.begin(), tables.end(), r.begin() + static_cast<std::ptrdiff_t>(k)), k += tables.size()), ...);
+      return r;
+    }(kernels_of<child_t<N, I>, child_slots<N, S, I>>()...);
+  }(std::make_index_sequence<children_count_v<N>>{});
 }
 
-/// The materialized nodes of N's subtree in post-order.
-template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+/// The materialized nodes of N's subtree (N placed at S) in post-order.
+template <class N, slots S>
 constexpr auto kernels_of() {
-  constexpr auto below = children_kernels<N, LB, SB, TB>();
+  constexpr auto below = children_kernels<N, S>();
   if constexpr (N::materialized) {
-    return concat(below, std::array<kernel_desc, 1>{describe<N, LB, SB, TB>(&run_materialized<N, LB, SB, TB>)});
+    return concat(below, std::array<kernel_desc, 1>{describe<N, S>(&run_materialized<N, S>)});
   } else {
     return below;
   }
@@ -107,38 +157,31 @@ constexpr auto kernels_of() {
 // evaluated over it in place (the matmul's slot reads t). The plan uses this alternative
 // only when the matmul's value is not shared with another kernel (CSE wins first).
 
-template <class N>
-inline constexpr bool is_map_v = false;
-template <class Op, class... C>
-inline constexpr bool is_map_v<map<Op, C...>> = true;
-
-template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+template <class N, slots S>
 struct located {
   using node = N;
-  static constexpr std::size_t lb = LB, sb = SB, tb = TB;
+  static constexpr slots at = S;
 };
 
-template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+template <class N, slots S>
 constexpr auto find_matmul();
 
-template <class N, std::size_t LB, std::size_t SB, std::size_t TB, std::size_t I>
+template <class N, slots S, std::size_t I>
 constexpr auto find_in_children() {
-  using Ch = typename N::children;
-  if constexpr (I == std::tuple_size_v<Ch>) {
+  if constexpr (I == children_count_v<N>) {
     return static_cast<void*>(nullptr);
   } else {
-    using O = offsets_of<Ch>;
-    using here = decltype(find_matmul<std::tuple_element_t<I, Ch>, LB + O::leaves[I], SB + O::scalars[I], TB + O::temps[I]>());
+    using here = decltype(find_matmul<child_t<N, I>, child_slots<N, S, I>>());
     if constexpr (!std::is_same_v<here, void*>) return here{};
-    else return find_in_children<N, LB, SB, TB, I + 1>();
+    else return find_in_children<N, S, I + 1>();
   }
 }
 
-/// The (first) matmul node in N's subtree with its offsets, as located<...>*, else void*.
-template <class N, std::size_t LB, std::size_t SB, std::size_t TB>
+/// The (first) matmul node in N's subtree with its slots, as located<...>*, else void*.
+template <class N, slots S>
 constexpr auto find_matmul() {
-  if constexpr (mxu::detail::matmul_info<N>::is) return static_cast<located<N, LB, SB, TB>*>(nullptr);
-  else return find_in_children<N, LB, SB, TB, 0>();
+  if constexpr (mxu::detail::matmul_info<N>::is) return static_cast<located<N, S>*>(nullptr);
+  else return find_in_children<N, S, 0>();
 }
 
 /// True when N reads its matmul (if any) only at its own flat index: the path from N down to
@@ -171,7 +214,7 @@ constexpr bool fusable() {
                 !reads_matmul_in_place<E>()) {
     return false;
   } else {
-    using F = decltype(find_matmul<E, 0, 0, 0>());
+    using F = decltype(find_matmul<E, slots{}>());
     if constexpr (std::is_same_v<F, void*>) {
       return false;
     } else {
@@ -184,7 +227,7 @@ constexpr bool fusable() {
 /// The fused kernel: matmul into t, then the root over each finished tile, in place.
 template <class E>
 void run_fused(const bound& b, void* dst) {
-  using Loc = std::remove_pointer_t<decltype(find_matmul<E, 0, 0, 0>())>;
+  using Loc = std::remove_pointer_t<decltype(find_matmul<E, slots{}>())>;
   using MM = typename Loc::node;
   using S = typename E::shape_type;
   constexpr std::size_t N = S::dims[S::rank - 1];
@@ -194,14 +237,14 @@ void run_fused(const bound& b, void* dst) {
     bound root;
   } ctx{static_cast<float*>(dst), {dst}, {b.leaves, b.scalars, nullptr}};
   ctx.root.temps = ctx.temps;  // the matmul's slot (the only temp) is t itself
-  evaluator<MM>::template compute<Loc::lb, Loc::sb, Loc::tb>(
+  evaluator<MM>::template compute<Loc::at>(
       b, ctx.out,
       [](const void* p, std::size_t offset, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
         const auto* c = static_cast<const context*>(p);
         for (std::size_t r = r0; r < r0 + rows; ++r)
           for (std::size_t j = c0; j < c0 + cols; ++j) {
             const std::size_t i = offset + r * N + j;
-            c->out[i] = store_as<float>(E::template load<0, 0, 0>(c->root, i));
+            c->out[i] = store_as<float>(evaluator<E>::template load<slots{}>(c->root, i));
           }
       },
       &ctx);
@@ -214,11 +257,13 @@ struct program {
   /// The one-kernel alternative when E fuses (has_fused).
   static constexpr std::array<kernel_desc, 1> fused = [] {
     if constexpr (fusable<E>()) {
-      kernel_desc d = describe<E, 0, 0, 0>(&run_fused<E>);
-      constexpr kernel_desc mm = kernels_of<E, 0, 0, 0>()[0];
+      kernel_desc d = describe<E, slots{}>(&run_fused<E>);
+      constexpr kernel_desc mm = kernels_of<E, slots{}>()[0];
       d.mm_m = mm.mm_m, d.mm_k = mm.mm_k, d.mm_n = mm.mm_n, d.mm_batch = mm.mm_batch, d.mm_passes = mm.mm_passes;
       d.temp_begin = d.temp_end = 0;
       d.kind = "matmul+epilogue";
+      d.run_range = nullptr;
+      d.same_index_leaves = 0;
       return std::array<kernel_desc, 1>{d};
     } else {
       return std::array<kernel_desc, 1>{kernel_desc{}};
@@ -226,9 +271,9 @@ struct program {
   }();
   static constexpr auto kernels = [] {
     if constexpr (E::materialized) {
-      return kernels_of<E, 0, 0, 0>();
+      return kernels_of<E, slots{}>();
     } else {
-      return concat(kernels_of<E, 0, 0, 0>(), std::array<kernel_desc, 1>{describe<E, 0, 0, 0>(&run_elementwise<E>)});
+      return concat(kernels_of<E, slots{}>(), std::array<kernel_desc, 1>{describe<E, slots{}>(&run_elementwise<E>)});
     }
   }();
 };

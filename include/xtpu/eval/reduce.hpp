@@ -1,29 +1,29 @@
 // xtpu/eval/reduce.hpp — the evaluator of reduce_node: sum, mean and max over one axis or all.
 //
-// Provides: detail::evaluator<reduce_node<Op, Axis, C>>::compute — plain loops, one
+// Provides: detail::evaluator<reduce_node<Op, Axis, C>>::compute<S> — plain loops, one
 // accumulator per output element, elements visited in index order.
 // x (..., n, ...) -> (..., ...) over axis `Axis`, or x (any) -> () over all axes.
 #pragma once
 
 #include <cstddef>
 
-#include "xtpu/eval/evaluator.hpp"
+#include "xtpu/eval/elementwise.hpp"
 #include "xtpu/expr/node.hpp"
 
 namespace xtpu::detail {
 
 template <class Op, int Axis, class C>
-struct evaluator<reduce_node<Op, Axis, C>> {
+struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<Op, Axis, C>> {
   using node = reduce_node<Op, Axis, C>;
   using value_type = typename node::value_type;
 
-  template <std::size_t LB, std::size_t SB, std::size_t TB>
+  template <slots S>
   static void compute(const bound& b, value_type* out) noexcept {
     using In = typename C::shape_type;
     using Acc = typename Op::template accumulator<typename C::value_type>;
     if constexpr (Axis == all_axes) {
       Acc acc;
-      for (std::size_t i = 0; i < In::size; ++i) acc.add(C::template load<LB, SB, TB>(b, i));
+      for (std::size_t i = 0; i < In::size; ++i) acc.add(load_child<node, S, 0>(b, i));
       out[0] = store_as<value_type>(acc.template result<value_type>(In::size));
     } else {
       constexpr std::size_t ax = normalize_axis_v<In, Axis>;
@@ -32,7 +32,7 @@ struct evaluator<reduce_node<Op, Axis, C>> {
       for (std::size_t o = 0; o < outer; ++o) {
         for (std::size_t s = 0; s < stride; ++s) {
           Acc acc;
-          for (std::size_t k = 0; k < n; ++k) acc.add(C::template load<LB, SB, TB>(b, (o * n + k) * stride + s));
+          for (std::size_t k = 0; k < n; ++k) acc.add(load_child<node, S, 0>(b, (o * n + k) * stride + s));
           out[o * stride + s] = store_as<value_type>(acc.template result<value_type>(n));
         }
       }

@@ -8,14 +8,15 @@
 //   value_type, shape_type (xtpu::extents), weak (built only from C++ scalars),
 //   fingerprint (structural Merkle hash), n_leaves / n_scalars / n_temps (post-order counts),
 //   materialized (matmul and reductions compute into a buffer of their own; everything else
-//   fuses into its consumer's loop),
-//   load<LB, SB, TB>(bound, i): the element at flat index i, reading leaves, scalars and
-//   materialized children from a detail::bound at base offsets LB, SB, TB;
-// and at run time only what is captured: leaves hold a named tensor by address and a temporary
-// one by value (xtensor's closure rule: an expression must not outlive the named tensors it
-// reads; docs/lifetimes.md, and XTPU_CHECKED_LIFETIMES makes that an error), scalars their
-// value. collect() hands the tensors' storage and the scalars to the recorder in
-// post-order, the same order the offsets count in.
+//   fuses into its consumer's loop), children (a std::tuple type);
+// and at run time only what is captured: its children in `args` (one uniform accessor,
+// detail::children_of), leaves a named tensor by address and a temporary one by value
+// (xtensor's closure rule: an expression must not outlive the named tensors it reads;
+// docs/lifetimes.md, and XTPU_CHECKED_LIFETIMES makes that an error), scalars their value.
+// detail::collect(node, recorder) hands the tensors' storage and the scalars to the recorder
+// in post-order (children first, then the node's own captures: collect_own).
+// How a node is evaluated is not here: eval/ (detail::evaluator<N>, and the one walker that
+// numbers every slot, detail::child_slots).
 #pragma once
 
 #include <array>
@@ -46,32 +47,17 @@ namespace xtpu {
 namespace detail {
 struct storage;  // lazy/step.hpp: a device buffer plus the lazy runtime's bookkeeping
 
-/// What a kernel reads at run time (post-order arrays of the statement being executed).
-struct bound {
-  const void* const* leaves;
-  const double* scalars;
-  const void* const* temps;
-};
-
 /// What collect() hands captured operands to.
 struct recorder {
   std::vector<std::shared_ptr<storage>>* leaves;
   std::vector<double>* scalars;
 };
 
-template <std::size_t N>
-constexpr std::array<std::size_t, N + 1> prefix_sums(const std::array<std::size_t, N>& n) {
-  std::array<std::size_t, N + 1> r{};
-  for (std::size_t i = 0; i < N; ++i) r[i + 1] = r[i] + n[i];
-  return r;
-}
-
-/// Where each child's leaves, scalars and temps start, in post-order (and the totals, last).
+/// A node's slot counts: its children's, summed, plus its own captures.
 template <class... C>
-struct offsets {
-  static constexpr auto leaves = prefix_sums(std::array<std::size_t, sizeof...(C)>{C::n_leaves...});
-  static constexpr auto scalars = prefix_sums(std::array<std::size_t, sizeof...(C)>{C::n_scalars...});
-  static constexpr auto temps = prefix_sums(std::array<std::size_t, sizeof...(C)>{C::n_temps...});
+struct counts_of {
+  static constexpr std::size_t leaves = (C::n_leaves + ... + 0), scalars = (C::n_scalars + ... + 0),
+                               temps = (C::n_temps + ... + 0);
 };
 
 /// The structural part of a node's fingerprint: op, dtype, shape.
@@ -82,30 +68,6 @@ constexpr std::uint64_t head_hash() {
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return extend(h, {Shape::dims[I]...});
   }(std::make_index_sequence<Shape::rank>{});
-}
-
-/// Flat index in Out -> flat index in In, where In broadcasts to Out (NumPy rule).
-template <class Out, class In>
-constexpr std::size_t broadcast_index(std::size_t i) noexcept {
-  if constexpr (std::is_same_v<Out, In>) {
-    return i;
-  } else if constexpr (In::size == 1) {
-    return 0;
-  } else {
-    constexpr auto os = strides_of(Out::dims);
-    constexpr auto is = [] {
-      auto s = strides_of(In::dims);
-      std::array<std::size_t, Out::rank> r{};
-      for (std::size_t d = 0; d < In::rank; ++d)
-        r[Out::rank - In::rank + d] = In::dims[d] == 1 ? 0 : s[d];
-      return r;
-    }();
-    std::size_t j = 0;
-    for (std::size_t d = 0; d < Out::rank; ++d) {
-      j += (i / os[d]) % Out::dims[d] * is[d];
-    }
-    return j;
-  }
 }
 
 /// Every tensor object carries one (a base). In a checked build (XTPU_CHECKED_LIFETIMES
@@ -148,9 +110,26 @@ struct lifetime_mark {
   std::uint64_t serial_ = 0;  // in every build, so checked and unchecked objects have one layout
 };
 
+inline constexpr std::tuple<> no_children{};
+
+/// A node's children, whatever its kind: the tuple `args`, or none.
+template <class N>
+constexpr const auto& children_of(const N& n) noexcept {
+  if constexpr (requires { n.args; }) return n.args;
+  else return no_children;
+}
+
+/// Hands a node's captured operands to r in post-order: its children's, then its own.
+template <class N>
+void collect(const N& n, recorder& r) {
+  std::apply([&](const auto&... c) { (detail::collect(c, r), ...); }, children_of(n));
+  if constexpr (requires { n.collect_own(r); }) n.collect_own(r);
+}
+
 template <class D>
 struct node_base {
   using xtpu_node = void;
+  void collect(recorder& r) const { detail::collect(static_cast<const D&>(*this), r); }
   /// Runs what is pending and reads the single value (a sync point; E401 if size != 1).
   auto item() const;
   /// Runs what is pending and copies the value to the host (a sync point).
@@ -183,11 +162,7 @@ struct leaf : detail::node_base<leaf<Tensor, Owned>> {
     if constexpr (Owned) return held;
     else return *held;
   }
-  template <std::size_t LB, std::size_t, std::size_t>
-  static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
-    return load_as<value_type>(static_cast<const value_type*>(b.leaves[LB])[i]);
-  }
-  void collect(detail::recorder& r) const {
+  void collect_own(detail::recorder& r) const {
     if constexpr (!Owned) {
       if (!detail::lifetime_mark::alive(held, serial))  // a derived-to-base conversion: held is not read
         throw error("xtpu: an expression refers to a tensor that no longer exists (it was captured by reference "
@@ -210,11 +185,7 @@ struct scalar : detail::node_base<scalar<T>> {
   using children = std::tuple<>;
   double value;
 
-  template <std::size_t, std::size_t SB, std::size_t>
-  static compute_t<T> load(const detail::bound& b, std::size_t) noexcept {
-    return static_cast<compute_t<T>>(b.scalars[SB]);
-  }
-  void collect(detail::recorder& r) const { r.scalars->push_back(value); }
+  void collect_own(detail::recorder& r) const { r.scalars->push_back(value); }
 };
 
 /// A tensor made from nothing but run-time parameters (full, normal). Gen provides
@@ -229,11 +200,7 @@ struct generator : detail::node_base<generator<Gen, T, Shape>> {
   using children = std::tuple<>;
   std::array<double, Gen::n_params> params;
 
-  template <std::size_t, std::size_t SB, std::size_t>
-  static compute_t<T> load(const detail::bound& b, std::size_t i) noexcept {
-    return static_cast<compute_t<T>>(Gen::value(b.scalars + SB, i));
-  }
-  void collect(detail::recorder& r) const {
+  void collect_own(detail::recorder& r) const {
     for (double p : params) r.scalars->push_back(p);
   }
 };
@@ -247,25 +214,12 @@ struct map : detail::node_base<map<Op, C...>> {
   using value_type = typename Op::template traits<C...>::value_type;
   using shape_type = detail::broadcast_t<typename C::shape_type...>;
   static constexpr bool weak = (C::weak && ...), materialized = false;
-  using offs = detail::offsets<C...>;
-  static constexpr std::size_t n_leaves = offs::leaves.back(), n_scalars = offs::scalars.back(),
-                               n_temps = offs::temps.back();
+  using counts = detail::counts_of<C...>;
+  static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps;
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<Op::tag, value_type, shape_type>(), {C::fingerprint..., Op::param});
   using children = std::tuple<C...>;
-  std::tuple<C...> args;
-
-  template <std::size_t LB, std::size_t SB, std::size_t TB>
-  static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return Op::template apply<value_type, C...>(
-          C::template load<LB + offs::leaves[I], SB + offs::scalars[I], TB + offs::temps[I]>(
-              b, detail::broadcast_index<shape_type, typename C::shape_type>(i))...);
-    }(std::index_sequence_for<C...>{});
-  }
-  void collect(detail::recorder& r) const {
-    std::apply([&](const auto&... c) { (c.collect(r), ...); }, args);
-  }
+  children args;
 };
 
 // ---- views: index remaps that fuse -------------------------------------------------------
@@ -279,13 +233,7 @@ struct reshape_node : detail::node_base<reshape_node<Shape, C>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::reshape, value_type, Shape>(), {C::fingerprint});
   using children = std::tuple<C>;
-  C arg;
-
-  template <std::size_t LB, std::size_t SB, std::size_t TB>
-  static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
-    return C::template load<LB, SB, TB>(b, i);  // row-major order is unchanged by a reshape
-  }
-  void collect(detail::recorder& r) const { arg.collect(r); }
+  children args;
 };
 
 template <class C, std::size_t... Perm>
@@ -297,28 +245,10 @@ struct permute_node : detail::node_base<permute_node<C, Perm...>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::permute, value_type, shape_type>(), {Perm..., C::fingerprint});
   using children = std::tuple<C>;
-  C arg;
-
-  template <std::size_t LB, std::size_t SB, std::size_t TB>
-  static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
-    constexpr auto os = detail::strides_of(shape_type::dims);
-    constexpr auto in_strides = detail::strides_of(C::shape_type::dims);
-    constexpr std::array<std::size_t, sizeof...(Perm)> perm{Perm...};
-    std::size_t j = 0;
-    for (std::size_t d = 0; d < sizeof...(Perm); ++d) j += (i / os[d]) % shape_type::dims[d] * in_strides[perm[d]];
-    return C::template load<LB, SB, TB>(b, j);
-  }
-  void collect(detail::recorder& r) const { arg.collect(r); }
+  children args;
 };
 
 // ---- materialized: computed into a buffer of their own -----------------------------------
-
-/// Reads a materialized node's own buffer (its temp slot is the last in its subtree).
-template <class N, std::size_t TB>
-compute_t<typename N::value_type> load_materialized(const detail::bound& b, std::size_t i) noexcept {
-  using T = typename N::value_type;
-  return load_as<T>(static_cast<const T*>(b.temps[TB + N::n_temps - 1])[i]);
-}
 
 /// Matrix product on the MXU model (DESIGN.md §4).
 template <precision Prec, class L, class R>
@@ -328,24 +258,13 @@ struct matmul_node : detail::node_base<matmul_node<Prec, L, R>> {
                                         bf16, float>;
   using shape_type = detail::matmul_t<typename L::shape_type, typename R::shape_type>;
   static constexpr bool weak = false, materialized = true;
-  using offs = detail::offsets<L, R>;
-  static constexpr std::size_t n_leaves = offs::leaves.back(), n_scalars = offs::scalars.back(),
-                               n_temps = offs::temps.back() + 1;
+  using counts = detail::counts_of<L, R>;
+  static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps + 1;
   static constexpr std::uint64_t fingerprint = detail::extend(
       detail::head_hash<op_tag::matmul, value_type, shape_type>(),
       {static_cast<std::uint64_t>(Prec), L::fingerprint, R::fingerprint});
   using children = std::tuple<L, R>;
-  L lhs;
-  R rhs;
-
-  template <std::size_t LB, std::size_t SB, std::size_t TB>
-  static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
-    return load_materialized<matmul_node, TB>(b, i);
-  }
-  void collect(detail::recorder& r) const {
-    lhs.collect(r);
-    rhs.collect(r);
-  }
+  children args;
 };
 
 /// Reduction over one axis (Axis) or all of them (all_axes). Op: sum_op, mean_op, max_op.
@@ -363,13 +282,7 @@ struct reduce_node : detail::node_base<reduce_node<Op, Axis, C>> {
            Axis == all_axes ? Axis : static_cast<int>(detail::normalize_axis_v<typename C::shape_type, Axis>))),
        C::fingerprint});
   using children = std::tuple<C>;
-  C arg;
-
-  template <std::size_t LB, std::size_t SB, std::size_t TB>
-  static compute_t<value_type> load(const detail::bound& b, std::size_t i) noexcept {
-    return load_materialized<reduce_node, TB>(b, i);
-  }
-  void collect(detail::recorder& r) const { arg.collect(r); }
+  children args;
 };
 
 // ---- what users ask -----------------------------------------------------------------------

@@ -283,7 +283,7 @@ constexpr auto reshape(E&& e) {
   using C = detail::node_t<E>;
   check::extents_valid<Dims...>();
   check::reshape<typename C::shape_type, extents<Dims...>>();
-  return reshape_node<extents<Dims...>, C>{{}, detail::as_node(std::forward<E>(e))};
+  return reshape_node<extents<Dims...>, C>{{}, {detail::as_node(std::forward<E>(e))}};
 }
 
 /// Axes reordered: result axis d is operand axis Perm[d].
@@ -291,7 +291,7 @@ template <std::size_t... Perm, expression E>
 constexpr auto permute(E&& e) {
   using C = detail::node_t<E>;
   check::permute<typename C::shape_type, Perm...>();
-  return permute_node<C, Perm...>{{}, detail::as_node(std::forward<E>(e))};
+  return permute_node<C, Perm...>{{}, {detail::as_node(std::forward<E>(e))}};
 }
 
 /// Swaps the last two axes: (..., M, N) -> (..., N, M).
@@ -319,7 +319,7 @@ constexpr auto matmul(L&& l, R&& r) {
   check::matmul<typename LN::shape_type, typename RN::shape_type>();
   check::matmul_dtype<typename LN::value_type, typename RN::value_type>();
   return matmul_node<Prec, LN, RN>{
-      {}, detail::as_node(std::forward<L>(l)), detail::as_node(std::forward<R>(r))};
+      {}, {detail::as_node(std::forward<L>(l)), detail::as_node(std::forward<R>(r))}};
 }
 
 // ---- reductions ---------------------------------------------------------------------------
@@ -382,7 +382,7 @@ template <class Op, int Axis, class E>
 constexpr auto make_reduce(E&& e) {
   using C = node_t<E>;
   if constexpr (Axis != all_axes) check::axis<typename C::shape_type, Axis>();
-  return reduce_node<Op, Axis, C>{{}, as_node(std::forward<E>(e))};
+  return reduce_node<Op, Axis, C>{{}, {as_node(std::forward<E>(e))}};
 }
 }  // namespace detail
 
