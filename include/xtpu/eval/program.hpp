@@ -75,30 +75,42 @@ inline constexpr bool is_reshape_v = false;
 template <class Shape, class C>
 inline constexpr bool is_reshape_v<reshape_node<Shape, C>> = true;
 
-/// The leaves of N (placed at S) that N's loop reads only at the element it computes: reached
-/// through maps whose operand has the map's own shape (no broadcast) and reshapes, or only
-/// below a materialized node. Conservative: any other path (a broadcast, permute, slice, pad,
-/// concat) clears the bits of its leaves.
+/// Bits [first, first + n) of a leaf mask (leaves past 63 have no bit).
+constexpr std::uint64_t leaf_bits(std::size_t first, std::size_t n) noexcept {
+  std::uint64_t m = 0;
+  for (std::size_t l = first; l < first + n && l < 64; ++l) m |= std::uint64_t{1} << l;
+  return m;
+}
+
+/// The leaves of N (placed at S) that only a materialized node reads (before any loop over N).
+template <class N, slots S>
+constexpr std::uint64_t materialized_leaves() {
+  if constexpr (N::materialized) {
+    return leaf_bits(S.leaf, N::n_leaves);
+  } else {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (materialized_leaves<child_t<N, I>, child_slots<N, S, I>>() | ... | std::uint64_t{0});
+    }(std::make_index_sequence<children_count_v<N>>{});
+  }
+}
+
+/// The leaves of N (placed at S) that N's loop reads only at the element it computes (reached
+/// through maps whose operand has the map's own shape, and reshapes), or not at all (only a
+/// materialized node reads them). Conservative: a broadcast, permute, slice, pad or concat on
+/// the way clears the bits of the leaves it reads.
 template <class N, slots S>
 constexpr std::uint64_t same_index_leaves() {
-  constexpr auto bits = [](std::size_t first, std::size_t n) {
-    std::uint64_t m = 0;
-    for (std::size_t l = first; l < first + n && l < 64; ++l) m |= std::uint64_t{1} << l;
-    return m;
-  };
-  if constexpr (N::materialized || N::n_leaves == 0) {
-    return bits(S.leaf, N::n_leaves);
-  } else if constexpr (children_count_v<N> == 0) {
-    return bits(S.leaf, N::n_leaves);  // a leaf: read at the element itself
+  if constexpr (N::materialized || children_count_v<N> == 0) {
+    return leaf_bits(S.leaf, N::n_leaves);  // a buffer of its own, or a leaf read at the element itself
   } else if constexpr (is_map_v<N> || is_reshape_v<N>) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       return ((std::is_same_v<typename child_t<N, I>::shape_type, typename N::shape_type> || is_reshape_v<N>
                    ? same_index_leaves<child_t<N, I>, child_slots<N, S, I>>()
-                   : std::uint64_t{0}) |
+                   : materialized_leaves<child_t<N, I>, child_slots<N, S, I>>()) |
               ... | std::uint64_t{0});
     }(std::make_index_sequence<children_count_v<N>>{});
   } else {
-    return 0;
+    return materialized_leaves<N, S>();
   }
 }
 

@@ -42,7 +42,7 @@ struct pad_node : detail::node_base<pad_node<Axis, Before, After, C>> {
   children args;
   double value;  // the padding: a graph input, the node's own scalar (after the child's)
 
-  void collect_own(detail::recorder& r) const { r.scalars->push_back(value); }
+  void collect_own(detail::recorder& r) const { r.scalar(value); }
 };
 
 template <std::size_t Axis, class... C>

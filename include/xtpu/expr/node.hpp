@@ -47,11 +47,29 @@ namespace xtpu {
 namespace detail {
 struct storage;  // lazy/step.hpp: a device buffer plus the lazy runtime's bookkeeping
 
-/// What collect() hands captured operands to.
+/// What collect() hands captured operands to: the tensors' storage, and the run-time scalars
+/// with their origin — the node a scalar was copied from (equal origins: the same value, e.g.
+/// one `x * lr` used by two statements), 0 for none.
 struct recorder {
   std::vector<std::shared_ptr<storage>>* leaves;
   std::vector<double>* scalars;
+  std::vector<std::uint64_t>* origins;
+  void leaf(std::shared_ptr<storage> s) const { leaves->push_back(std::move(s)); }
+  void scalar(double v, std::uint64_t origin = 0) const {
+    scalars->push_back(v);
+    origins->push_back(origin);
+  }
 };
+
+/// A fresh origin for a scalar node made at run time (constant evaluation gets 0: none).
+inline std::uint64_t next_scalar_origin() noexcept {
+  static std::atomic<std::uint64_t> n{0};
+  return n.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+constexpr std::uint64_t scalar_origin() noexcept {
+  if (std::is_constant_evaluated()) return 0;
+  return next_scalar_origin();
+}
 
 /// A node's slot counts: its children's, summed, plus its own captures.
 template <class... C>
@@ -170,7 +188,7 @@ struct leaf : detail::node_base<leaf<Tensor, Owned>> {
     }
     const auto& s = tensor().storage_ptr();
     if (!s) throw error("xtpu: an expression reads a moved-from tensor");
-    r.leaves->push_back(s);
+    r.leaf(s);
   }
 };
 
@@ -184,8 +202,9 @@ struct scalar : detail::node_base<scalar<T>> {
   static constexpr std::uint64_t fingerprint = detail::head_hash<op_tag::scalar, T, extents<>>();
   using children = std::tuple<>;
   double value;
+  std::uint64_t origin = 0;  // copies of one scalar node share it (detail::recorder)
 
-  void collect_own(detail::recorder& r) const { r.scalars->push_back(value); }
+  void collect_own(detail::recorder& r) const { r.scalar(value, origin); }
 };
 
 /// A tensor made from nothing but run-time parameters (full, normal). Gen provides
@@ -201,7 +220,7 @@ struct generator : detail::node_base<generator<Gen, T, Shape>> {
   std::array<double, Gen::n_params> params;
 
   void collect_own(detail::recorder& r) const {
-    for (double p : params) r.scalars->push_back(p);
+    for (double p : params) r.scalar(p);
   }
 };
 
@@ -306,11 +325,11 @@ constexpr auto as_node(X&& x) {
   } else if constexpr (node<D>) {
     return D(std::forward<X>(x));
   } else if constexpr (std::is_arithmetic_v<D> && !std::is_same_v<D, bool>) {
-    return scalar<scalar_element_t<D>>{{}, static_cast<double>(x)};
+    return scalar<scalar_element_t<D>>{{}, static_cast<double>(x), scalar_origin()};
   } else if constexpr (std::is_same_v<D, bf16>) {
-    return scalar<float>{{}, static_cast<double>(static_cast<float>(x))};
+    return scalar<float>{{}, static_cast<double>(static_cast<float>(x)), scalar_origin()};
   } else {
-    return scalar<float>{{}, 0.0};  // only reached after check::operand<X>() has fired (E206)
+    return scalar<float>{{}, 0.0, 0};  // only reached after check::operand<X>() has fired (E206)
   }
 }
 template <class X>

@@ -11,12 +11,21 @@
 //                         computed again (CseEliminated); with its first and last use
 //   3. fuse_epilogues   — `t = f(matmul(a, b), ...)` becomes one kernel where the matmul's value
 //                         is not shared
-//   4. schedule         — the ops in program order and each statement's temp slots
-//   5. cost             — the cycle model of every matmul the plan runs, on the device
-//   6. place_buffers    — temporaries packed into one arena by lifetime (first fit, 64-byte
-//                         aligned); each statement's result has a buffer of its own
-// Wiring codes (signature): an external tensor is its number; the output of statement p of
-// this step is (1 << 32) | p — made and read only by the four functions below.
+//   4. group_loops      — consecutive statements that are each one elementwise loop over the
+//                         same number of elements, reading each other's results only at the
+//                         element being computed, run as one loop with several outputs (block
+//                         by block: an AdamW update of p, m and v is one pass over memory)
+//   5. schedule         — the ops in program order and each statement's temp slots
+//   6. donate_buffers   — a loop whose input tensor is read by nothing after it and held by
+//                         nobody outside the step writes its result into that tensor's buffer
+//                         (XLA's input/output aliasing); only where nothing that can throw runs
+//                         after it, so a failed step never loses a value
+//   7. cost             — the cycle model of every matmul the plan runs, on the device
+//   8. place_buffers    — temporaries packed into one arena by lifetime (first fit, 64-byte
+//                         aligned); each other statement's result has a buffer of its own
+// Signature of a statement: its fingerprint, a wiring code per leaf (an external tensor is its
+// number; the output of statement p of this step is (1 << 32) | p — made and read only by the
+// four functions below), then a slot code per scalar (step.hpp's scalar_slot).
 #pragma once
 
 #include <algorithm>
@@ -61,13 +70,18 @@ struct plan {
     bool copy;   // the value exists already: copy it from src (a root that CSE found)
     loc src;
     bool fused;  // run the statement's fused matmul+epilogue kernel instead of its table
+    std::uint32_t group = 0;  // > 1: one loop computing this and the next group - 1 live statements
+    bool in_group = false;    // computed by an earlier statement's group op
   };
   struct stmt_plan {
     std::uint32_t stmt, temp_begin, op_begin, op_end;
+    std::uint32_t leaf_slot = 0;  // where its leaf pointers start in one array over all live statements
+    std::int32_t donor = -1;      // its leaf whose buffer becomes its output, or -1
   };
   std::vector<stmt_plan> stmts;  // live statements, program order
   std::vector<loc> temps;        // per live statement, per temp slot
   std::vector<op> ops;
+  std::size_t leaf_slots = 0;    // leaves of all live statements
   std::size_t arena_bytes = 0;
   std::size_t n_statements = 0;  // recorded, dead ones included
   mxu::cost mxu;                 // the cycle model of every matmul the plan runs, on the device's generation
@@ -95,18 +109,22 @@ struct counters {
   }
 };
 
-/// What the passes read: the step as recorded, and which outputs are live.
+/// What the passes read: the step as recorded, which outputs are live, and which external
+/// tensors only the step still refers to (their buffers may be reused; step.hpp decides).
 struct step_view {
   const std::vector<statement>& stmts;
   const std::vector<std::uint64_t>& signature;
   const std::vector<std::shared_ptr<storage>>& outputs;  // per statement; null: dead
+  const std::vector<char>& donatable;                    // per external tensor
+  const std::vector<std::uint64_t>& external_bytes;      // per external tensor
   const generation& device;
 };
 
 /// Builds a plan from a step, one named pass after the other (see the top of this file).
 class planner {
  public:
-  explicit planner(const step_view& in) : in_(in), root_value_(in.stmts.size(), 0), kv_(in.stmts.size()) {
+  explicit planner(const step_view& in)
+      : in_(in), root_value_(in.stmts.size(), 0), kv_(in.stmts.size()), external_last_(in.donatable.size(), 0) {
     p_.n_statements = in.stmts.size();
   }
 
@@ -114,7 +132,9 @@ class planner {
     live_statements();
     number_values();
     fuse_epilogues();
+    group_loops();
     schedule();
+    donate_buffers();
     cost();
     place_buffers();
     return std::move(p_);
@@ -128,10 +148,11 @@ class planner {
     }
   }
 
-  /// 2. Common subexpressions and lifetimes. Only scalar-free subtrees are shared: scalar
-  /// values are not part of the key.
+  /// 2. Common subexpressions and lifetimes. A value is keyed by its structure, its inputs and
+  /// its scalars' slots (never their values): a new learning rate reuses the plan.
   void number_values() {
-    constexpr std::uint64_t ext_tag = std::uint64_t{2} << 60, val_tag = std::uint64_t{1} << 60;
+    constexpr std::uint64_t ext_tag = std::uint64_t{2} << 60, val_tag = std::uint64_t{1} << 60,
+                            scalar_tag = std::uint64_t{3} << 60;
     std::map<std::vector<std::uint64_t>, std::uint32_t> numbering;  // structure + inputs -> value
     for (std::size_t pos = 0; pos < live_.size(); ++pos) {
       const std::size_t s = live_[pos];
@@ -142,13 +163,14 @@ class planner {
         const bool root = k + 1 == st.n_kernels;
         std::uint32_t v = static_cast<std::uint32_t>(values_.size());
         bool fresh = true;
-        if (kd.scalar_begin == kd.scalar_end) {
+        {
           std::vector<std::uint64_t> key{kd.fingerprint};
           for (std::uint32_t l = kd.leaf_begin; l < kd.leaf_end; ++l) {
             const std::uint64_t code = leaf_code(st, l);
             key.push_back(is_step_output(code) ? val_tag | root_value_[code_index(code)] : ext_tag | code);
           }
           for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kv_[s][t].v);
+          for (std::uint32_t c = kd.scalar_begin; c < kd.scalar_end; ++c) key.push_back(scalar_tag | scalar_code(st, c));
           auto [it, inserted] = numbering.try_emplace(std::move(key), v);
           fresh = inserted;
           v = it->second;
@@ -166,8 +188,11 @@ class planner {
         if (root) root_value_[s] = v;
       }
       // a leaf read from an earlier statement keeps that value alive until here
-      for (std::uint32_t l = 0; l < st.n_leaves; ++l)
-        if (const std::uint64_t code = leaf_code(st, l); is_step_output(code)) values_[root_value_[code_index(code)]].last = pos;
+      for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
+        const std::uint64_t code = leaf_code(st, l);
+        if (is_step_output(code)) values_[root_value_[code_index(code)]].last = pos;
+        else external_last_[code_index(code)] = pos;
+      }
     }
   }
 
@@ -183,13 +208,31 @@ class planner {
     }
   }
 
-  /// 4. Ops and temp slots, program order.
+  /// 4. Multi-output loops: runs of consecutive live statements that are each one fresh
+  /// elementwise loop over the same number of elements, a later one reading an earlier one's
+  /// result only at the element it computes.
+  void group_loops() {
+    group_.assign(live_.size(), 0);
+    for (std::size_t pos = 0; pos < live_.size();) {
+      std::size_t end = pos + 1;
+      if (loop_only(pos))
+        while (end < live_.size() && end - pos < max_group && loop_only(end) &&
+               root(end).elements == root(pos).elements && reads_group_in_place(pos, end))
+          ++end;
+      group_[pos] = static_cast<std::uint32_t>(end - pos);
+      pos = end;
+    }
+  }
+
+  /// 5. Ops and temp slots, program order.
   void schedule() {
+    std::uint32_t group_left = 0;
     for (std::size_t pos = 0; pos < live_.size(); ++pos) {
       const std::size_t s = live_[pos];
       const statement& st = in_.stmts[s];
       plan::stmt_plan sp{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(p_.temps.size()),
-                         static_cast<std::uint32_t>(p_.ops.size()), 0};
+                         static_cast<std::uint32_t>(p_.ops.size()), 0, static_cast<std::uint32_t>(p_.leaf_slots), -1};
+      p_.leaf_slots += st.n_leaves;
       if (fused_[s]) {
         p_.ops.push_back(plan::op{0, false, {}, true});
       } else {
@@ -198,6 +241,13 @@ class planner {
           if (kv_[s][k].fresh) p_.ops.push_back(plan::op{k, false, {}, false});
           else if (root) p_.ops.push_back(plan::op{k, true, {}, false});  // src set by place_buffers
         }
+      }
+      if (group_left > 0) {
+        p_.ops.back().in_group = true;
+        --group_left;
+      } else if (group_[pos] > 1) {
+        p_.ops.back().group = group_[pos];
+        group_left = group_[pos] - 1;
       }
       for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) {
         p_.temps.push_back({});
@@ -208,7 +258,38 @@ class planner {
     }
   }
 
-  /// 5. The cycle model of every matmul that runs.
+  /// 6. In place: a loop's result takes the buffer of an input tensor that nobody outside the
+  /// step holds and nothing after the loop reads, read by the loop (and by the loops before it
+  /// in its group) only at the element being written; and only where every op from there on
+  /// cannot throw (loops, reductions, copies), so a step that fails has overwritten nothing.
+  void donate_buffers() {
+    std::size_t first_safe = p_.ops.size();  // ops from here on cannot throw
+    while (first_safe > 0 && !may_throw(first_safe - 1)) --first_safe;
+    std::vector<char> taken(in_.donatable.size(), 0);
+    std::size_t group_start = 0;
+    for (std::size_t pos = 0; pos < live_.size(); ++pos) {
+      if (group_[pos] > 0) group_start = pos;
+      plan::stmt_plan& sp = p_.stmts[pos];
+      const statement& st = in_.stmts[sp.stmt];
+      const plan::op& last = p_.ops[sp.op_end - 1];
+      const std::size_t at = last.in_group ? p_.stmts[group_start].op_end - 1 : sp.op_end - 1;  // where it runs
+      if (fused_[sp.stmt] || last.copy || !st.kernels[st.n_kernels - 1].run_range || at < first_safe) continue;
+      const kernel_desc& kd = st.kernels[st.n_kernels - 1];
+      for (std::uint32_t l = 0; l < st.n_leaves && l < 64; ++l) {
+        const std::uint64_t code = leaf_code(st, l);
+        if (is_step_output(code)) continue;
+        const std::uint32_t x = code_index(code);
+        if (taken[x] || !in_.donatable[x] || in_.external_bytes[x] != kd.bytes || external_last_[x] != pos ||
+            !reads_in_place(pos, x) || !group_reads_in_place(group_start, pos, x))
+          continue;
+        taken[x] = 1;
+        sp.donor = static_cast<std::int32_t>(l);
+        break;
+      }
+    }
+  }
+
+  /// 7. The cycle model of every matmul that runs.
   void cost() {
     for (const auto& sp : p_.stmts)
       for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
@@ -218,7 +299,7 @@ class planner {
       }
   }
 
-  /// 6. The arena: first fit by lifetime, 64-byte aligned; then every temp and copy source.
+  /// 8. The arena: first fit by lifetime, 64-byte aligned; then every temp and copy source.
   void place_buffers() {
     struct placed {
       std::size_t offset, end, last;
@@ -266,7 +347,61 @@ class planner {
     std::uint32_t v;
     bool fresh;
   };
+  static constexpr std::size_t max_group = 16;  // statements in one multi-output loop
+
   std::uint64_t leaf_code(const statement& st, std::uint32_t l) const { return in_.signature[st.sig_begin + 1 + l]; }
+  std::uint64_t scalar_code(const statement& st, std::uint32_t c) const {
+    return in_.signature[st.sig_begin + 1 + st.n_leaves + c];
+  }
+  const kernel_desc& root(std::size_t pos) const {
+    const statement& st = in_.stmts[live_[pos]];
+    return st.kernels[st.n_kernels - 1];
+  }
+  /// The live statement at pos is one fresh elementwise loop and nothing else.
+  bool loop_only(std::size_t pos) const {
+    const std::size_t s = live_[pos];
+    return in_.stmts[s].n_kernels == 1 && !fused_[s] && kv_[s][0].fresh && root(pos).run_range;
+  }
+  /// Every leaf of the statement at pos that is the result of a statement in [first, pos) is
+  /// read only at the element being computed.
+  bool reads_group_in_place(std::size_t first, std::size_t pos) const {
+    const statement& st = in_.stmts[live_[pos]];
+    for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
+      const std::uint64_t code = leaf_code(st, l);
+      if (!is_step_output(code)) continue;
+      const std::size_t producer = code_index(code);
+      const bool in_group = std::find(live_.begin() + static_cast<std::ptrdiff_t>(first),
+                                      live_.begin() + static_cast<std::ptrdiff_t>(pos), producer) !=
+                            live_.begin() + static_cast<std::ptrdiff_t>(pos);
+      if (in_group && (l >= 64 || !(root(pos).same_index_leaves >> l & 1))) return false;
+    }
+    return true;
+  }
+  /// The root loop of the statement at pos reads external tensor x only at the element it writes.
+  bool reads_in_place(std::size_t pos, std::uint32_t x) const {
+    const statement& st = in_.stmts[live_[pos]];
+    for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
+      const std::uint64_t code = leaf_code(st, l);
+      if (!is_step_output(code) && code_index(code) == x && (l >= 64 || !(root(pos).same_index_leaves >> l & 1)))
+        return false;
+    }
+    return true;
+  }
+  /// So do the statements of its multi-output loop that run before it, block by block.
+  bool group_reads_in_place(std::size_t group_start, std::size_t pos, std::uint32_t x) const {
+    if (!p_.ops[p_.stmts[pos].op_end - 1].in_group) return true;
+    for (std::size_t q = group_start; q < pos; ++q)
+      if (!reads_in_place(q, x)) return false;
+    return true;
+  }
+  /// Op o can throw: a matmul (its operand buffers, the thread pool); loops, reductions and
+  /// copies cannot.
+  bool may_throw(std::size_t o) const {
+    const auto it = std::upper_bound(p_.stmts.begin(), p_.stmts.end(), o,
+                                     [](std::size_t v, const plan::stmt_plan& sp) { return v < sp.op_end; });
+    const plan::op& op = p_.ops[o];
+    return !op.copy && kernel(op, in_.stmts[it->stmt]).mm_passes != 0;
+  }
 
   const step_view& in_;
   plan p_;
@@ -276,14 +411,21 @@ class planner {
   std::vector<std::vector<kernel_value>> kv_;
   std::vector<char> fused_;
   std::vector<std::uint32_t> temp_value_;  // parallel to plan temps (UINT32_MAX: unused slot)
+  std::vector<std::size_t> external_last_;  // per external tensor: the last live position reading it
+  std::vector<std::uint32_t> group_;        // per live position: the size of the group it starts (0: inside one)
 };
 
 /// A readable listing of a plan, e.g. one SGD step of a layer:
 ///   plan: 3 statements, 3 live, 0 dead; 3 ops; arena 0 B; MXU 18944 cycles, 33.1 % utilization
 ///     s0 -> out (256.00 KiB): matmul+epilogue 128x784x512 (1 pass) -> out
 ///     s1 -> out (1.53 MiB): matmul 784x128x512 (1 pass) -> out
-///     s2 -> out (1.53 MiB): loop -> out
-inline std::string dump(const plan& p, const std::vector<statement>& stmts) {
+///     s2 -> out (1.53 MiB, in place of input 1): loop -> out
+/// and an AdamW update of one parameter, one pass over memory:
+///     s0 -> out (1.00 MiB, in place of input 0): loop of 3 outputs (s0, s1, s2) -> out
+///     s1 -> out (1.00 MiB, in place of input 2): in the loop of s0
+///     s2 -> out (1.00 MiB, in place of input 3): in the loop of s0
+/// "input n": the n-th external tensor the step reads, by first appearance.
+inline std::string dump(const plan& p, const std::vector<statement>& stmts, const std::vector<std::uint64_t>& signature) {
   std::ostringstream os;
   const std::size_t live = p.stmts.size();
   os << "plan: " << p.n_statements << " statements, " << live << " live, " << p.n_statements - live << " dead; "
@@ -300,7 +442,7 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts) {
     if (l.arena >= 0) return "arena +" + std::to_string(l.arena);
     return l.output >= 0 ? "the output of live statement " + std::to_string(l.output) : std::string("(unused)");
   };
-  std::size_t next = 0;
+  std::size_t next = 0, group_first = 0;
   for (std::size_t s = 0; s < p.n_statements; ++s) {
     if (next == live || p.stmts[next].stmt != s) {
       os << "  s" << s << " dead\n";
@@ -308,7 +450,10 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts) {
     }
     const auto& sp = p.stmts[next++];
     const statement& st = stmts[s];
-    os << "  s" << s << " -> out (" << format_bytes(st.kernels[st.n_kernels - 1].bytes) << "):";
+    os << "  s" << s << " -> out (" << format_bytes(st.kernels[st.n_kernels - 1].bytes);
+    if (sp.donor >= 0)
+      os << ", in place of input " << code_index(signature[st.sig_begin + 1 + static_cast<std::size_t>(sp.donor)]);
+    os << "):";
     for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
       const auto& op = p.ops[o];
       const kernel_desc& kd = planner::kernel(op, st);
@@ -317,7 +462,17 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts) {
         os << "copy of " << where(op.src) << " (common subexpression)";
         continue;
       }
+      if (op.in_group) {
+        os << "in the loop of s" << group_first;
+        continue;
+      }
       os << kd.kind;
+      if (op.group) {
+        group_first = s;
+        os << " of " << op.group << " outputs (";
+        for (std::uint32_t m = 0; m < op.group; ++m) os << (m ? ", s" : "s") << p.stmts[next - 1 + m].stmt;
+        os << ')';
+      }
       if (kd.mm_passes)
         os << ' ' << kd.mm_m << 'x' << kd.mm_k << 'x' << kd.mm_n << (kd.mm_batch > 1 ? " x" + std::to_string(kd.mm_batch) : "")
            << " (" << kd.mm_passes << (kd.mm_passes == 1 ? " pass)" : " passes)");

@@ -164,10 +164,11 @@ class step {
     const std::uint32_t x0 = n_external_;
     auto out = std::make_shared<storage>();
     try {
-      recorder r{&leaves_, &scalars_};
+      recorder r{&leaves_, &scalars_, &origins_};
       e.collect(r);
       signature_.push_back(E::fingerprint);
       for (std::size_t i = l0; i < leaves_.size(); ++i) signature_.push_back(wire(*leaves_[i]));
+      for (std::size_t i = s0; i < scalars_.size(); ++i) signature_.push_back(scalar_slot(i));
       constexpr const auto& table = program<E>::kernels;
       constexpr const auto& fused = program<E>::fused;
       stmts_.push_back(statement{table.data(), static_cast<std::uint32_t>(table.size()),
@@ -177,8 +178,10 @@ class step {
     } catch (...) {
       leaves_.resize(l0);
       scalars_.resize(s0);
+      origins_.resize(s0);
       signature_.resize(g0);
       if (n_external_ != x0) std::erase_if(externals_, [&](const auto& kv) { return kv.second >= x0; });
+      std::erase_if(scalar_slots_, [&](const auto& kv) { return kv.second >= s0; });
       n_external_ = x0;
       throw;
     }
@@ -196,7 +199,7 @@ class step {
       std::size_t g0 = s.signature_.size();
       ~guard() { s.undo_compiled(g0); }
     } undo{*this};
-    return dump(*compiled(counters::get()), stmts_);
+    return dump(*compiled(counters::get()), stmts_, signature_);
   }
 
   /// Compiles (or finds) and runs everything pending. On an exception the step stays pending
@@ -228,17 +231,12 @@ class step {
   }
 
   /// The plan of what is pending, from the cache or built now (holding the live outputs in
-  /// outputs_ and appending the liveness words to signature_; the caller undoes both).
+  /// outputs_ and appending the liveness and donation words to signature_; the caller undoes both).
   std::shared_ptr<const plan> compiled(counters& c) {
     hold_live_outputs();
-    std::uint64_t live_bits = 0;  // exact: one bit per statement, 64 to a word
-    for (std::size_t i = 0; i < stmts_.size(); ++i) {
-      live_bits |= std::uint64_t{outputs_[i] != nullptr} << (i % 64);
-      if (i % 64 == 63 || i + 1 == stmts_.size()) {
-        signature_.push_back(live_bits);
-        live_bits = 0;
-      }
-    }
+    find_donatable();
+    append_bits(stmts_.size(), [&](std::size_t i) { return outputs_[i] != nullptr; });
+    append_bits(n_external_, [&](std::size_t x) { return donatable_[x] != 0; });
     std::uint64_t key = static_cast<std::uint64_t>(op_tag::step);
     for (auto w : signature_) key = combine_step(key, w);
 
@@ -250,7 +248,7 @@ class step {
       {
         time_sample t{c.compile_time};
         p = std::make_shared<const plan>(
-            planner(step_view{stmts_, signature_, outputs_, device::current().spec()}).build());
+            planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, device::current().spec()}).build());
       }
       cache.insert(key, signature_, p);
       c.uncached.add();
@@ -283,6 +281,50 @@ class step {
     }
   }
 
+  /// The slot code of step scalar i: the first scalar of this step with the same origin (a
+  /// copy of the same scalar node), else i itself. It keys common subexpressions by slot, not
+  /// value: a new value never recompiles, and equal values from different nodes stay apart.
+  std::uint64_t scalar_slot(std::size_t i) {
+    const std::uint64_t o = origins_[i];
+    if (o == 0) return i;
+    return scalar_slots_.try_emplace(o, static_cast<std::uint32_t>(i)).first->second;
+  }
+
+  /// Appends n bits (bit(i)) to the signature, 64 to a word: the key sees them exactly.
+  template <class F>
+  void append_bits(std::size_t n, F bit) {
+    std::uint64_t word = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      word |= std::uint64_t{bit(i)} << (i % 64);
+      if (i % 64 == 63 || i + 1 == n) {
+        signature_.push_back(word);
+        word = 0;
+      }
+    }
+  }
+
+  /// donatable_[x]: only the step's own leaves still refer to external tensor x, so its buffer
+  /// may become an output (plan.hpp's donate_buffers decides where); external_bytes_[x]: its size.
+  void find_donatable() {
+    ext_refs_.assign(n_external_, 0);
+    external_bytes_.assign(n_external_, 0);
+    donatable_.assign(n_external_, 0);
+    for (const auto& st : stmts_)
+      for (std::uint32_t l = 0; l < st.n_leaves; ++l)
+        if (const std::uint64_t code = signature_[st.sig_begin + 1 + l]; !is_step_output(code)) {
+          const auto& leaf = leaves_[st.leaf_begin + l];
+          const std::uint32_t x = code_index(code);
+          ++ext_refs_[x];
+          external_bytes_[x] = leaf->buffer.bytes();
+        }
+    for (const auto& st : stmts_)
+      for (std::uint32_t l = 0; l < st.n_leaves; ++l)
+        if (const std::uint64_t code = signature_[st.sig_begin + 1 + l]; !is_step_output(code)) {
+          const std::uint32_t x = code_index(code);
+          donatable_[x] = leaves_[st.leaf_begin + l].use_count() == static_cast<long>(ext_refs_[x]);
+        }
+  }
+
   std::uint64_t wire(const storage& s) {
     const void* o = s.owner.load(std::memory_order_acquire);
     if (o == this) return step_output_code(s.producer);
@@ -300,7 +342,8 @@ class step {
     buffers.clear();
     for (const auto& sp : p.stmts) {
       const statement& st = stmts_[sp.stmt];
-      buffers.emplace_back(st.kernels[st.n_kernels - 1].bytes, "step output");
+      if (sp.donor >= 0) buffers.emplace_back();  // takes an input's buffer when it runs
+      else buffers.emplace_back(st.kernels[st.n_kernels - 1].bytes, "step output");
     }
     if (arena_.bytes() < p.arena_bytes) {
       arena_grown_ = true;
@@ -309,29 +352,30 @@ class step {
     }
     for (std::size_t i = 0; i < p.stmts.size(); ++i) output(p, i).buffer = std::move(buffers[i]);
     buffers.clear();
-    // 2. run
-    auto* arena = static_cast<std::byte*>(arena_.data());
-    auto where = [&](const plan::loc& l) -> void* {
-      if (l.arena >= 0) return static_cast<void*>(arena + l.arena);
-      return l.output >= 0 ? output(p, static_cast<std::size_t>(l.output)).buffer.data() : nullptr;
-    };
+    // 2. run, statement by statement (a multi-output loop: its statements block by block)
+    leaf_ptrs_.resize(p.leaf_slots);
+    temp_ptrs_.resize(p.temps.size());
+    bounds_.resize(p.stmts.size());
     for (std::size_t i = 0; i < p.stmts.size(); ++i) {
       const auto& sp = p.stmts[i];
       const statement& st = stmts_[sp.stmt];
-      leaf_ptrs_.resize(st.n_leaves);
-      for (std::uint32_t l = 0; l < st.n_leaves; ++l) leaf_ptrs_[l] = leaves_[st.leaf_begin + l]->buffer.data();
-      temp_ptrs_.resize(st.n_kernels - 1);
-      for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) temp_ptrs_[k] = where(p.temps[sp.temp_begin + k]);
-      const bound b{leaf_ptrs_.data(), scalars_.data() + st.scalar_begin, temp_ptrs_.data()};
-      void* out = output(p, i).buffer.data();
+      if (sp.op_begin < sp.op_end && p.ops[sp.op_begin].in_group) continue;  // ran in its group's loop
+      if (sp.op_begin < sp.op_end && p.ops[sp.op_end - 1].group > 1) {
+        run_group(p, i, p.ops[sp.op_end - 1].group);
+        c.kernels.add();
+        continue;
+      }
+      bind(p, i);
       for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
         const plan::op& op = p.ops[o];
         const kernel_desc& kd = planner::kernel(op, st);
-        void* dst = planner::writes_output(op, st) ? out : const_cast<void*>(temp_ptrs_[op.kernel]);
+        const bool to_output = planner::writes_output(op, st);
+        if (to_output) donate(p, i);
+        void* dst = to_output ? output(p, i).buffer.data() : const_cast<void*>(temp_ptrs_[sp.temp_begin + op.kernel]);
         if (op.copy) {
-          std::memcpy(dst, where(op.src), kd.bytes);
+          std::memcpy(dst, where(p, op.src), kd.bytes);
         } else {
-          kd.run(b, dst);
+          kd.run(bounds_[i], dst);
           c.kernels.add();
         }
       }
@@ -342,6 +386,48 @@ class step {
     }
     for (const auto& sp : p.stmts) outputs_[sp.stmt]->owner.store(nullptr, std::memory_order_release);
     forget();
+  }
+
+  /// Where a plan location is now: the arena, a live statement's output, or nowhere.
+  void* where(const plan& p, const plan::loc& l) const {
+    if (l.arena >= 0) return static_cast<std::byte*>(arena_.data()) + l.arena;
+    return l.output >= 0 ? output(p, static_cast<std::size_t>(l.output)).buffer.data() : nullptr;
+  }
+  /// The pointers live statement i reads (its leaves, scalars and temps), as bounds_[i].
+  void bind(const plan& p, std::size_t i) {
+    const auto& sp = p.stmts[i];
+    const statement& st = stmts_[sp.stmt];
+    for (std::uint32_t l = 0; l < st.n_leaves; ++l) leaf_ptrs_[sp.leaf_slot + l] = leaves_[st.leaf_begin + l]->buffer.data();
+    for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) temp_ptrs_[sp.temp_begin + k] = where(p, p.temps[sp.temp_begin + k]);
+    bounds_[i] = bound{leaf_ptrs_.data() + sp.leaf_slot, scalars_.data() + st.scalar_begin, temp_ptrs_.data() + sp.temp_begin};
+  }
+  /// Live statement i's output takes its donor input's buffer (after bind: the loop still
+  /// reads the input through the pointer bind took).
+  void donate(const plan& p, std::size_t i) {
+    const auto& sp = p.stmts[i];
+    if (sp.donor < 0) return;
+    auto& out = output(p, i).buffer;
+    if (!out) out = std::move(leaves_[stmts_[sp.stmt].leaf_begin + static_cast<std::uint32_t>(sp.donor)]->buffer);
+  }
+  /// Live statements [first, first + n): one loop, block by block, each writing its output.
+  void run_group(const plan& p, std::size_t first, std::size_t n) {
+    for (std::size_t j = first; j < first + n; ++j) {
+      bind(p, j);
+      donate(p, j);
+    }
+    group_out_.resize(n);
+    group_run_.resize(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      const statement& st = stmts_[p.stmts[first + j].stmt];
+      group_out_[j] = output(p, first + j).buffer.data();
+      group_run_[j] = st.kernels[st.n_kernels - 1].run_range;
+    }
+    const std::size_t elements = stmts_[p.stmts[first].stmt].kernels[0].elements;
+    constexpr std::size_t block = 2048;  // elements: every stream of the group stays in L1/L2 between statements
+    for (std::size_t b0 = 0; b0 < elements; b0 += block) {
+      const std::size_t b1 = std::min(elements, b0 + block);
+      for (std::size_t j = 0; j < n; ++j) group_run_[j](bounds_[first + j], group_out_[j], b0, b1);
+    }
   }
   /// The output of the plan's i-th live statement (held in outputs_ by hold_live_outputs).
   storage& output(const plan& p, std::size_t i) const noexcept { return *outputs_[p.stmts[i].stmt]; }
@@ -356,6 +442,8 @@ class step {
     stmts_.clear();
     leaves_.clear();
     scalars_.clear();
+    origins_.clear();
+    scalar_slots_.clear();
     signature_.clear();
     externals_.clear();
     n_external_ = 0;
@@ -365,12 +453,20 @@ class step {
   std::vector<statement> stmts_;
   std::vector<std::shared_ptr<storage>> leaves_;
   std::vector<double> scalars_;
+  std::vector<std::uint64_t> origins_;                          // per scalar (recorder)
+  std::unordered_map<std::uint64_t, std::uint32_t> scalar_slots_;  // origin -> its first scalar
   std::vector<std::uint64_t> signature_;
   std::unordered_map<const storage*, std::uint32_t> externals_;
   std::uint32_t n_external_ = 0;
   // scratch, reused across steps
   std::vector<std::shared_ptr<storage>> outputs_;  // per statement, while a run is under way (null: dead)
-  std::vector<const void*> leaf_ptrs_, temp_ptrs_;
+  std::vector<const void*> leaf_ptrs_, temp_ptrs_;  // over all live statements (plan::stmt_plan slots)
+  std::vector<bound> bounds_;                        // per live statement
+  std::vector<void*> group_out_;
+  std::vector<void (*)(const bound&, void*, std::size_t, std::size_t)> group_run_;
+  std::vector<std::uint32_t> ext_refs_;            // per external tensor: the step's leaves holding it
+  std::vector<std::uint64_t> external_bytes_;      // per external tensor
+  std::vector<char> donatable_;                    // per external tensor
   std::vector<std::uint32_t> inner_refs_;  // per statement: the step's own leaves holding its output
   std::vector<char> read_by_live_;         // per statement: a live later statement reads it
   std::vector<device_buffer> buffers_;
