@@ -40,8 +40,13 @@ class checkpoint_error : public error {
 class distributed_error : public error {
   using error::error;
 };
-/// The requested emulated device (XTPU_DEVICE) does not exist.
+/// The requested emulated device (XTPU_DEVICE, or xtpu::device(generation, index)) does not exist.
 class device_not_available : public error {
+  using error::error;
+};
+/// An expression reads tensors that live on different emulated devices: move one there first
+/// with `t.to(device)` (an explicit transfer).
+class device_mismatch : public error {
   using error::error;
 };
 

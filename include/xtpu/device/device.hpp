@@ -1,12 +1,18 @@
-// xtpu/device/device.hpp — the emulated TPU: generations, HBM accounting, device buffers.
+// xtpu/device/device.hpp — the emulated TPU chips: generations, HBM accounting, device buffers.
 //
-// Provides: xtpu::generation (the DESIGN.md §5 table), xtpu::device (the current emulated
-// chip: XTPU_DEVICE = v4 | v5e | v5p | v6e | v7, default v5e; XTPU_MEMORY_FRACTION, default
-// 0.9), and detail::device_buffer, an owning, 64-byte aligned, HBM-accounted allocation.
-// Errors: device_not_available (unknown XTPU_DEVICE), config_error (XTPU_MEMORY_FRACTION or
-// set_memory_fraction outside (0, 1]; settings.hpp's rule), out_of_memory (an allocation past
-// memory_fraction × HBM; the message names the request and the largest live buffers, and
-// nothing already allocated is touched).
+// Provides: xtpu::generation (the DESIGN.md §5 table); xtpu::device, a handle to one emulated
+// chip — `xtpu::device("v5e", 1)` names chip 1 of generation v5e, made on first use and kept
+// for the process, each chip with its own HBM accounting and caching allocator;
+// device::current() (where this thread's new tensors go: the default device unless a
+// device_scope says otherwise) and device::default_device() (XTPU_DEVICE = v4 | v5e | v5p |
+// v6e | v7, default v5e, chip 0; XTPU_MEMORY_FRACTION, default 0.9, for every chip);
+// xtpu::device_scope; and detail::device_buffer, an owning, 64-byte aligned allocation
+// accounted on the chip it was made on.
+// Errors: device_not_available (unknown generation — XTPU_DEVICE included — or a chip index
+// outside [0, max_chips)), config_error (XTPU_MEMORY_FRACTION or set_memory_fraction outside
+// (0, 1]; settings.hpp's rule), out_of_memory (an allocation past memory_fraction × HBM of
+// its chip; the message names the chip, the request and the largest live buffers, and nothing
+// already allocated is touched).
 #pragma once
 
 #include <algorithm>
@@ -15,13 +21,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
 #include <new>
-#include <unordered_map>
-#include <utility>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "xtpu/error.hpp"
@@ -49,7 +56,11 @@ inline constexpr std::array<generation, 5> generations{{
     {"v7", 2, 2, 256, 256, 192 * gib, 2307.0, 7380.0},
 }};
 
+class device;
+
 namespace detail {
+class chip_registry;
+
 inline std::string format_bytes(std::uint64_t b) {
   std::ostringstream os;
   os.precision(2);
@@ -62,6 +73,9 @@ inline std::string format_bytes(std::uint64_t b) {
 }
 inline constexpr settings::setting device_setting{"device", "XTPU_DEVICE"};
 inline constexpr settings::setting fraction_setting{"memory_fraction", "XTPU_MEMORY_FRACTION", 0.0, 1.0, /*lo_open*/ true};
+/// Chips per generation a process may name: indices [0, max_chips).
+inline constexpr int max_chips = 256;
+inline constexpr settings::setting chip_index_setting{"chip index", "xtpu::device(generation, index)"};
 
 /// The generation called `name`; device_not_available naming the valid ones otherwise.
 inline const generation& find_generation(std::string_view name) {
@@ -69,24 +83,38 @@ inline const generation& find_generation(std::string_view name) {
   for (std::size_t i = 0; i < generations.size(); ++i) names[i] = generations[i].name;
   return generations[settings::choice<device_not_available>(device_setting, name, names)];
 }
-}  // namespace detail
 
-/// The emulated chip every tensor lives on. Thread-safe.
-class device {
+/// XTPU_MEMORY_FRACTION, checked (0.9 when unset): every chip starts with it.
+inline double env_fraction() {
+  const auto e = settings::from_env(fraction_setting);
+  return e ? settings::real(fraction_setting, *e) : 0.9;
+}
+
+/// One emulated chip: its generation, its HBM accounting and its caching allocator.
+/// Thread-safe. Made and owned by chip_registry; users hold xtpu::device handles to it.
+class chip {
  public:
-  static device& current() {
-    static device d(env_generation(), env_fraction());
-    return d;
+  chip(const generation& g, int index, std::uint32_t serial, double fraction)
+      : gen_(&g), index_(index), serial_(serial), hbm_bytes_(g.hbm_bytes), fraction_(fraction) {}
+  chip(const chip&) = delete;
+  chip& operator=(const chip&) = delete;
+  ~chip() {
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) std::free(p);
   }
 
   const generation& spec() const noexcept { return *gen_; }
+  int index() const noexcept { return index_; }
+  /// A number of its own among the process's chips, in the order they were made (the default
+  /// device is 0): what a plan key and a step's identity use.
+  std::uint32_t serial() const noexcept { return serial_; }
+  /// "v5e:0"
+  std::string name() const { return std::string(gen_->name) + ':' + std::to_string(index_); }
+
   std::uint64_t hbm_bytes() const noexcept { return hbm_bytes_.load(); }
-  /// Overrides the chip's HBM size (e.g. the seeds' 128 GB v7).
   void set_hbm_bytes(std::uint64_t b) noexcept { hbm_bytes_.store(b); }
   double memory_fraction() const noexcept { return fraction_.load(); }
-  /// config_error unless 0 < f <= 1.
-  void set_memory_fraction(double f) { fraction_.store(settings::real(detail::fraction_setting, f)); }
-  /// memory_fraction × HBM: what allocations may use in all.
+  void set_memory_fraction(double f) { fraction_.store(settings::real(fraction_setting, f)); }
   std::uint64_t capacity() const noexcept {
     return static_cast<std::uint64_t>(static_cast<double>(hbm_bytes()) * memory_fraction());
   }
@@ -96,10 +124,13 @@ class device {
     std::lock_guard lock(mu_);
     return live_count_;
   }
+  std::size_t cached_bytes() const {
+    std::lock_guard lock(mu_);
+    return cached_bytes_;
+  }
 
-  /// Allocates `bytes` of emulated HBM (64-byte aligned) or throws out_of_memory, naming the
-  /// request and the largest live buffers. Freed blocks are kept for reuse (a caching
-  /// allocator, like a TPU runtime's): steps that repeat allocate nothing from the host.
+  /// `bytes` of this chip's HBM (64-byte aligned), or out_of_memory; freed blocks are kept
+  /// for reuse (a caching allocator, like a TPU runtime's).
   void* allocate(std::size_t bytes, std::string_view what) {
     const std::size_t block = block_size(bytes);
     {
@@ -138,28 +169,11 @@ class device {
     }
     if (!keep) std::free(p);
   }
-  /// Host memory held for reuse (not counted as HBM in use).
-  std::size_t cached_bytes() const {
-    std::lock_guard lock(mu_);
-    return cached_bytes_;
-  }
 
   static constexpr std::size_t max_cached_bytes = std::size_t{256} << 20;
+  device* handle = nullptr;  // the chip's own xtpu::device (what device::current() returns)
 
  private:
-  device(const generation& g, double fraction)
-      : gen_(&g), hbm_bytes_(g.hbm_bytes), fraction_(fraction) {}
-  ~device() {
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) std::free(p);
-  }
-  static const generation& env_generation() {
-    return detail::find_generation(settings::from_env(detail::device_setting).value_or("v5e"));
-  }
-  static double env_fraction() {
-    const auto e = settings::from_env(detail::fraction_setting);
-    return e ? settings::real(detail::fraction_setting, *e) : 0.9;
-  }
   static std::size_t block_size(std::size_t bytes) noexcept { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
   void deallocate_accounting(std::size_t bytes) noexcept {
     std::lock_guard lock(mu_);
@@ -170,24 +184,24 @@ class device {
     if (auto it = live_.find(bytes); it != live_.end() && it->second > 0) --it->second;
     --live_count_;
   }
-  std::string oom_message(std::size_t bytes, std::string_view what, std::uint64_t now,
-                          std::uint64_t cap) const {
+  std::string oom_message(std::size_t bytes, std::string_view what, std::uint64_t now, std::uint64_t cap) const {
     std::vector<std::size_t> largest;
     for (const auto& [size, count] : live_)
       for (std::size_t i = 0; i < count && i < 5; ++i) largest.push_back(size);
     std::sort(largest.rbegin(), largest.rend());
     largest.resize(std::min<std::size_t>(largest.size(), 5));
     std::ostringstream os;
-    os << "xtpu: out of HBM on " << gen_->name << ": allocating " << detail::format_bytes(bytes)
-       << " (" << what << ") with " << detail::format_bytes(now) << " in use would pass "
-       << detail::format_bytes(cap) << " (memory_fraction " << memory_fraction() << " x "
-       << detail::format_bytes(hbm_bytes()) << "); largest live buffers:";
-    for (auto b : largest) os << ' ' << detail::format_bytes(b);
+    os << "xtpu: out of HBM on " << name() << ": allocating " << format_bytes(bytes) << " (" << what << ") with "
+       << format_bytes(now) << " in use would pass " << format_bytes(cap) << " (memory_fraction "
+       << memory_fraction() << " x " << format_bytes(hbm_bytes()) << "); largest live buffers:";
+    for (auto b : largest) os << ' ' << format_bytes(b);
     if (largest.empty()) os << " none";
     return os.str();
   }
 
   const generation* gen_;
+  int index_;
+  std::uint32_t serial_;
   std::atomic<std::uint64_t> hbm_bytes_;
   std::atomic<double> fraction_;
   std::atomic<std::uint64_t> in_use_{0}, peak_{0};
@@ -198,21 +212,148 @@ class device {
   std::size_t cached_bytes_ = 0;
 };
 
+/// This thread's current chip (null: the default device). device_scope sets it.
+inline chip*& current_chip() noexcept {
+  thread_local chip* c = nullptr;
+  return c;
+}
+}  // namespace detail
+
+/// A handle to one emulated chip: cheap to copy, equal when it names the same chip. Every
+/// accessor is the chip's own (each chip has its own HBM accounting). A handle always names
+/// the chip it was made for (it cannot be re-pointed by assignment).
+class device {
+ public:
+  /// Chip `index` of `generation` ("v4", "v5e", "v5p", "v6e", "v7"), made on first use with
+  /// XTPU_MEMORY_FRACTION. device_not_available for another name or an index outside [0, 255].
+  explicit device(std::string_view generation, int index = 0);
+  device(const device&) noexcept = default;
+  device& operator=(const device&) = delete;
+
+  /// The device this thread's new tensors (zeros, from_host, ...) go to: the default device,
+  /// unless a device_scope in this thread names another.
+  static device& current();
+  /// The process's default device: generation XTPU_DEVICE (v5e when unset), chip 0.
+  static device& default_device();
+
+  const generation& spec() const noexcept { return chip_->spec(); }
+  int index() const noexcept { return chip_->index(); }
+  /// "v5e:0"
+  std::string name() const { return chip_->name(); }
+  std::uint64_t hbm_bytes() const noexcept { return chip_->hbm_bytes(); }
+  /// Overrides this chip's HBM size (e.g. the seeds' 128 GB v7).
+  void set_hbm_bytes(std::uint64_t b) const noexcept { chip_->set_hbm_bytes(b); }
+  double memory_fraction() const noexcept { return chip_->memory_fraction(); }
+  /// config_error unless 0 < f <= 1.
+  void set_memory_fraction(double f) const { chip_->set_memory_fraction(f); }
+  /// memory_fraction × HBM: what allocations on this chip may use in all.
+  std::uint64_t capacity() const noexcept { return chip_->capacity(); }
+  std::uint64_t bytes_in_use() const noexcept { return chip_->bytes_in_use(); }
+  std::uint64_t peak_bytes_in_use() const noexcept { return chip_->peak_bytes_in_use(); }
+  std::size_t live_buffers() const { return chip_->live_buffers(); }
+  /// Host memory held for reuse by this chip's allocator (not counted as HBM in use).
+  std::size_t cached_bytes() const { return chip_->cached_bytes(); }
+  static constexpr std::size_t max_cached_bytes = detail::chip::max_cached_bytes;
+
+  /// Allocates `bytes` of this chip's HBM (64-byte aligned) or throws out_of_memory, naming
+  /// the chip, the request and the largest live buffers.
+  void* allocate(std::size_t bytes, std::string_view what) const { return chip_->allocate(bytes, what); }
+  void deallocate(void* p, std::size_t bytes) const noexcept { chip_->deallocate(p, bytes); }
+
+  detail::chip& chip() const noexcept { return *chip_; }
+  friend bool operator==(const device& a, const device& b) noexcept { return a.chip_ == b.chip_; }
+
+ private:
+  friend class detail::chip_registry;
+  explicit device(detail::chip* c) noexcept : chip_(c) {}
+  detail::chip* chip_;
+};
+
+/// In this thread, until the scope ends, new tensors go to `d` (factories, from_host,
+/// tensor{}); results of expressions go where their operands are. Scopes nest.
+class device_scope {
+ public:
+  explicit device_scope(const device& d) noexcept : saved_(std::exchange(detail::current_chip(), &d.chip())) {}
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+  ~device_scope() { detail::current_chip() = saved_; }
+
+ private:
+  detail::chip* saved_;
+};
+
+namespace detail {
+/// Every chip the process has named, made on first use and kept until exit (a deque: a chip
+/// never moves). The default device (XTPU_DEVICE, chip 0) is made first.
+class chip_registry {
+ public:
+  static chip_registry& instance() {
+    static chip_registry r;
+    return r;
+  }
+  chip& default_chip() noexcept { return *default_; }
+  chip& get(const generation& g, int index);
+
+ private:
+  chip_registry();
+  std::mutex mu_;
+  std::deque<chip> chips_;
+  std::deque<device> handles_;
+  chip* default_ = nullptr;
+};
+
+inline chip_registry::chip_registry() {
+  const auto name = settings::from_env(device_setting).value_or("v5e");
+  const generation& g = find_generation(name);
+  chips_.emplace_back(g, 0, 0, env_fraction());
+  handles_.push_back(device(&chips_.back()));
+  chips_.back().handle = &handles_.back();
+  default_ = &chips_.back();
+}
+
+inline chip& chip_registry::get(const generation& g, int index) {
+  if (index < 0 || index >= max_chips)
+    settings::invalid<device_not_available>(chip_index_setting, std::to_string(index),
+                                            "an integer in [0, " + std::to_string(max_chips - 1) + "]");
+  std::lock_guard lock(mu_);
+  for (auto& c : chips_)
+    if (&c.spec() == &g && c.index() == index) return c;
+  const double fraction = env_fraction();
+  chips_.emplace_back(g, index, static_cast<std::uint32_t>(chips_.size()), fraction);
+  try {
+    handles_.push_back(device(&chips_.back()));
+  } catch (...) {
+    chips_.pop_back();
+    throw;
+  }
+  chips_.back().handle = &handles_.back();
+  return chips_.back();
+}
+
+}  // namespace detail
+
+inline device::device(std::string_view generation, int index)
+    : chip_(&detail::chip_registry::instance().get(detail::find_generation(generation), index)) {}
+inline device& device::current() {
+  detail::chip* c = detail::current_chip();
+  return *(c ? c : &detail::chip_registry::instance().default_chip())->handle;
+}
+inline device& device::default_device() { return *detail::chip_registry::instance().default_chip().handle; }
+
 namespace detail {
 
-/// An owning, 64-byte aligned block of emulated HBM.
+/// An owning, 64-byte aligned block of emulated HBM on one chip.
 class device_buffer {
  public:
   device_buffer() noexcept = default;
-  device_buffer(std::size_t bytes, std::string_view what)
-      : data_(device::current().allocate(bytes, what)), bytes_(bytes) {}
-  device_buffer(device_buffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) {
-    o.data_ = nullptr;
-    o.bytes_ = 0;
-  }
+  device_buffer(chip& c, std::size_t bytes, std::string_view what)
+      : chip_(&c), data_(c.allocate(bytes, what)), bytes_(bytes) {}
+  device_buffer(device_buffer&& o) noexcept
+      : chip_(o.chip_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
       reset();
+      chip_ = o.chip_;
       data_ = std::exchange(o.data_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
     }
@@ -229,10 +370,11 @@ class device_buffer {
  private:
   void reset() noexcept {
     if (data_) {
-      device::current().deallocate(data_, bytes_);
+      chip_->deallocate(data_, bytes_);
       data_ = nullptr;
     }
   }
+  chip* chip_ = nullptr;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
 };

@@ -180,7 +180,9 @@ struct leaf : detail::node_base<leaf<Tensor, Owned>> {
     if constexpr (Owned) return held;
     else return *held;
   }
-  void collect_own(detail::recorder& r) const {
+  /// The held tensor's storage; an xtpu::error if the tensor no longer exists (checked
+  /// builds) or was moved from.
+  const std::shared_ptr<detail::storage>& storage() const {
     if constexpr (!Owned) {
       if (!detail::lifetime_mark::alive(held, serial))  // a derived-to-base conversion: held is not read
         throw error("xtpu: an expression refers to a tensor that no longer exists (it was captured by reference "
@@ -188,8 +190,9 @@ struct leaf : detail::node_base<leaf<Tensor, Owned>> {
     }
     const auto& s = tensor().storage_ptr();
     if (!s) throw error("xtpu: an expression reads a moved-from tensor");
-    r.leaf(s);
+    return s;
   }
+  void collect_own(detail::recorder& r) const { r.leaf(storage()); }
 };
 
 /// A C++ scalar: a run-time graph input (changing it never recompiles), weakly typed.

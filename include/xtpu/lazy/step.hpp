@@ -4,18 +4,21 @@
 // set_plan_cache_capacity, clear_plan_cache}, and in detail the step that records statements,
 // keys them and runs them (the plan and its passes: lazy/plan.hpp).
 //
-// Model (docs/lazy.md): every thread has one pending step. Assigning an expression to a
-// tensor records a statement: its compile-time kernel table and fingerprint, its captured
-// leaves and scalars, and the wiring of each leaf (an external tensor, numbered by first
-// appearance, or the output of an earlier statement of this step). mark_step() (or a sync)
-// runs the step as one unit: its key is the fingerprints + wiring + which outputs are still
-// alive; a miss builds the plan once (lazy/plan.hpp's passes: dead statements dropped, common
+// Model (docs/lazy.md, docs/devices.md): every thread has one pending step per device (chip)
+// it uses. Assigning an expression to a tensor records a statement in the step of the chip its
+// tensors live on (the current device if it reads none): its compile-time kernel table and
+// fingerprint, its captured leaves and scalars, and the wiring of each leaf (an external
+// tensor, numbered by first appearance, or the output of an earlier statement of this step).
+// mark_step() runs each of the thread's steps as one unit (a sync runs the step of the chip it
+// reads): its key is the fingerprints + wiring + which outputs are still alive + the chip; a
+// miss builds the plan once (lazy/plan.hpp's passes: dead statements dropped, common
 // subexpressions computed once across statements, matmul epilogues fused, temps packed into
-// one arena by lifetime) and times it as
-// CompileTime; a hit only binds buffers and scalars. All output memory is allocated before any
-// kernel runs, so an out_of_memory leaves the step pending and nothing lost.
-// Errors: sync_error (reading a tensor pending in another thread's step); config_error for a
-// bad XTPU_* setting (settings::check_environment, run by the first step or tensor).
+// one arena by lifetime) and times it as CompileTime; a hit only binds buffers and scalars.
+// All output memory is allocated on the step's chip before any kernel runs, so an
+// out_of_memory leaves the step pending and nothing lost.
+// Errors: sync_error (reading a tensor pending in another thread's step); device_mismatch (an
+// expression reading tensors of two chips); config_error for a bad XTPU_* setting
+// (settings::check_environment, run by the first step or tensor).
 #pragma once
 
 #include <chrono>
@@ -39,12 +42,21 @@
 
 namespace xtpu::detail {
 
-/// A tensor value on the device: its buffer, and while pending, the step that computes it.
+/// A tensor value on a device: the chip it lives on, its buffer there, and while pending,
+/// the step that computes it.
 struct storage {
+  explicit storage(chip& c) noexcept : dev(&c) {}
+  chip* dev;
   device_buffer buffer;
   std::atomic<const void*> owner{nullptr};  // the pending step computing it, else null
   std::uint32_t producer = 0;               // its statement in that step
 };
+
+/// The one message for tensors of two devices in one expression.
+[[noreturn]] inline void throw_device_mismatch(const chip& step_chip, const chip& leaf_chip) {
+  throw device_mismatch("xtpu: an expression reads tensors on two devices, " + step_chip.name() + " and " +
+                        leaf_chip.name() + "; move one to the other first with t.to(device) (an explicit transfer)");
+}
 
 /// The owner of values whose thread ended before running them: they never get a value.
 inline constexpr char abandoned_marker = 0;
@@ -130,7 +142,7 @@ namespace xtpu::settings {
 /// setting fails at start-up, not inside the first matmul.
 inline void check_environment() {
   static const bool checked = [] {
-    (void)device::current();  // XTPU_DEVICE, XTPU_MEMORY_FRACTION
+    (void)device::default_device();  // XTPU_DEVICE, XTPU_MEMORY_FRACTION
     (void)kernels::detail::isa_cell();
     (void)kernels::detail::threads_cell();
     (void)xtpu::detail::plan_cache::instance();  // XTPU_CACHE_SIZE
@@ -142,18 +154,22 @@ inline void check_environment() {
 
 namespace xtpu::detail {
 
+/// One thread's pending work on one chip. Every buffer it allocates is on that chip, and its
+/// plans are compiled for it (the chip is part of the key).
 class step {
  public:
-  step() = default;
+  explicit step(chip& c) noexcept : chip_(&c) {}
   step(const step&) = delete;
   step& operator=(const step&) = delete;
   ~step() { abandon(); }
 
-  static step& this_thread() {
-    settings::check_environment();
-    thread_local step s;
-    return s;
-  }
+  /// This thread's step on chip c (one pending step per thread and device).
+  static step& of(chip& c);
+  /// Runs every step this thread has pending, on every device, in the order the devices were
+  /// first used by this thread.
+  static void run_all();
+
+  chip& on() const noexcept { return *chip_; }
 
   std::size_t size() const noexcept { return stmts_.size(); }
 
@@ -162,7 +178,7 @@ class step {
   std::shared_ptr<storage> record(const E& e) {
     const std::size_t l0 = leaves_.size(), s0 = scalars_.size(), g0 = signature_.size();
     const std::uint32_t x0 = n_external_;
-    auto out = std::make_shared<storage>();
+    auto out = std::make_shared<storage>(*chip_);
     try {
       recorder r{&leaves_, &scalars_, &origins_};
       e.collect(r);
@@ -231,12 +247,14 @@ class step {
   }
 
   /// The plan of what is pending, from the cache or built now (holding the live outputs in
-  /// outputs_ and appending the liveness and donation words to signature_; the caller undoes both).
+  /// outputs_ and appending the liveness and donation words and the chip to signature_; the
+  /// caller undoes both).
   std::shared_ptr<const plan> compiled(counters& c) {
     hold_live_outputs();
     find_donatable();
     append_bits(stmts_.size(), [&](std::size_t i) { return outputs_[i] != nullptr; });
     append_bits(n_external_, [&](std::size_t x) { return donatable_[x] != 0; });
+    signature_.push_back(chip_->serial());  // a plan is compiled for one device, as XLA's are
     std::uint64_t key = static_cast<std::uint64_t>(op_tag::step);
     for (auto w : signature_) key = combine_step(key, w);
 
@@ -248,7 +266,7 @@ class step {
       {
         time_sample t{c.compile_time};
         p = std::make_shared<const plan>(
-            planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, device::current().spec()}).build());
+            planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, chip_->spec()}).build());
       }
       cache.insert(key, signature_, p);
       c.uncached.add();
@@ -326,6 +344,7 @@ class step {
   }
 
   std::uint64_t wire(const storage& s) {
+    if (s.dev != chip_) throw_device_mismatch(*chip_, *s.dev);
     const void* o = s.owner.load(std::memory_order_acquire);
     if (o == this) return step_output_code(s.producer);
     if (o != nullptr) throw_not_readable(o);
@@ -343,12 +362,12 @@ class step {
     for (const auto& sp : p.stmts) {
       const statement& st = stmts_[sp.stmt];
       if (sp.donor >= 0) buffers.emplace_back();  // takes an input's buffer when it runs
-      else buffers.emplace_back(st.kernels[st.n_kernels - 1].bytes, "step output");
+      else buffers.emplace_back(*chip_, st.kernels[st.n_kernels - 1].bytes, "step output");
     }
     if (arena_.bytes() < p.arena_bytes) {
       arena_grown_ = true;
       arena_ = device_buffer();
-      arena_ = device_buffer(p.arena_bytes, "step arena (temporaries)");
+      arena_ = device_buffer(*chip_, p.arena_bytes, "step arena (temporaries)");
     }
     for (std::size_t i = 0; i < p.stmts.size(); ++i) output(p, i).buffer = std::move(buffers[i]);
     buffers.clear();
@@ -450,6 +469,7 @@ class step {
     outputs_.clear();
   }
 
+  chip* chip_;
   std::vector<statement> stmts_;
   std::vector<std::shared_ptr<storage>> leaves_;
   std::vector<double> scalars_;
@@ -474,25 +494,79 @@ class step {
   bool arena_grown_ = false;  // this run replaced the arena
 };
 
+/// This thread's steps, one per chip it has recorded on, in the order first used.
+class thread_steps {
+ public:
+  static thread_steps& get() {
+    thread_local thread_steps t;
+    return t;
+  }
+  step& of(chip& c) {
+    if (last_ != nullptr && &last_->on() == &c) return *last_;
+    for (auto& s : steps_)
+      if (&s->on() == &c) return *(last_ = s.get());
+    steps_.push_back(std::make_unique<step>(c));
+    return *(last_ = steps_.back().get());
+  }
+  template <class F>
+  void for_each(F f) {
+    for (std::size_t i = 0; i < steps_.size(); ++i) f(*steps_[i]);
+  }
+
+ private:
+  std::vector<std::unique_ptr<step>> steps_;
+  step* last_ = nullptr;
+};
+
+inline step& step::of(chip& c) { return thread_steps::get().of(c); }
+inline void step::run_all() {
+  settings::check_environment();
+  thread_steps::get().for_each([](step& s) { s.run(); });
+}
+
+/// The chip a leaf-free expression (zeros, random, a scalar) or the first tensor of an
+/// expression lives on — where the statement `t = e` is recorded (step::wire checks the rest).
+template <class N>
+chip* first_chip(const N& n) {
+  if constexpr (requires { n.storage(); }) {
+    return n.storage()->dev;
+  } else {
+    chip* c = nullptr;
+    std::apply([&](const auto&... ch) { ((c = c ? c : first_chip(ch)), ...); }, children_of(n));
+    return c;
+  }
+}
+/// The step that records `t = e` in this thread: on the device of e's tensors, or this
+/// thread's current device when e reads none.
+template <class E>
+step& step_for(const E& e) {
+  settings::check_environment();
+  chip* c = first_chip(e);
+  return step::of(c ? *c : device::current().chip());
+}
+
 }  // namespace xtpu::detail
 
 namespace xtpu {
 
-/// Runs everything pending in this thread as one step (compile once per distinct step,
-/// then reuse). The torch_xla `xm.mark_step()`.
+/// Runs everything pending in this thread as one step per device (compiled once per distinct
+/// step, then reused). The torch_xla `xm.mark_step()`.
 inline void mark_step() {
   detail::counters::get().mark_step.add();
-  detail::step::this_thread().run();
+  detail::step::run_all();
 }
 
 namespace lazy {
-/// Statements recorded in this thread and not yet run.
-inline std::size_t pending_statements() { return detail::step::this_thread().size(); }
-/// The plan mark_step() would run for this thread's pending statements, as text: dead
-/// statements, each op (matmul dims, reductions, fused loops, epilogue fusion, copies of
-/// common subexpressions) and where its value goes. Compiles the step if it is not cached (so
-/// the next mark_step() is a hit); runs nothing.
-inline std::string explain() { return detail::step::this_thread().explain(); }
+/// Statements recorded in this thread on device d (by default the current one) and not yet run.
+inline std::size_t pending_statements(const device& d = device::current()) { return detail::step::of(d.chip()).size(); }
+/// The plan mark_step() would run for this thread's pending statements on device d (by
+/// default the current one), as text: dead statements, each op (matmul dims, reductions,
+/// fused loops, epilogue fusion, copies of common subexpressions) and where its value goes.
+/// Compiles the step if it is not cached (so the next mark_step() is a hit); runs nothing.
+inline std::string explain(const device& d = device::current()) {
+  settings::check_environment();
+  return detail::step::of(d.chip()).explain();
+}
 /// Compiled plans held by the cache (all threads).
 inline std::size_t plan_cache_entries() { return detail::plan_cache::instance().size(); }
 /// Sets how many plans the LRU cache keeps (XTPU_CACHE_SIZE sets the initial value).

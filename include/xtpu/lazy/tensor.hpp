@@ -5,12 +5,15 @@
 // from_host (xt::xtensor_fixed: shape checked at compile time; xt::xarray, xt::xtensor, an
 // xt::adapt view, a pointer + length or a span: at run time),
 // tensor::to_host (xt::xtensor_fixed up to 256 KiB, heap-backed xt::xtensor above: any size),
-// tensor::item, operator<< — the last three are sync points.
+// tensor::item, operator<< — the last three are sync points; tensor::device() (the chip the
+// value lives on: where it was made, or where the operands of its expression live) and
+// tensor::to(device) (an explicit, timed transfer to another chip).
 // Shape rule: a tensor accepts an expression of exactly its shape and dtype (E102, E205).
 // Errors: E105/E106/E201 (bad tensor type), E102, E205, E401 (item on more than one element),
 // E501 (to_host into a wrong-shaped xtensor_fixed), E502 (host element type differs), E503 (a
 // run-time-shaped from_host proxy kept instead of converted); shape_error (host data of the
-// wrong run-time shape or length), sync_error.
+// wrong run-time shape or length), sync_error, device_mismatch (an expression over tensors of
+// two chips), out_of_memory (on the chip allocated on).
 #pragma once
 
 #include <algorithm>
@@ -58,10 +61,12 @@ inline constexpr bool is_host_fixed_v = false;
 template <class T, std::size_t... D>
 inline constexpr bool is_host_fixed_v<xt::xtensor_fixed<T, xt::xshape<D...>>> = true;
 
-/// Runs what is pending (a sync point) and times the copy out.
-inline void sync() {
+/// A sync point: runs what this thread has pending on the chip of s; sync_error if another
+/// thread's step computes s.
+inline void sync(const storage& s) {
   counters::get().sync_points.add();
-  step::this_thread().run();
+  step::of(*s.dev).run();
+  if (const void* o = s.owner.load(std::memory_order_acquire); o != nullptr) throw_not_readable(o);
 }
 
 /// Host and device element types must be the same (E502): xtpu converts on the device, not here.
@@ -90,10 +95,10 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   static constexpr std::size_t size = shape_type::size;
   static constexpr std::array<std::size_t, rank> shape{Dims...};
 
-  /// Zeros, on the device at once.
-  tensor() : storage_(std::make_shared<detail::storage>()) {
-    settings::check_environment();
-    storage_->buffer = detail::device_buffer(bytes, "tensor");
+  /// Zeros, on this thread's current device at once.
+  tensor() : tensor(xtpu::device::current()) {}
+  /// Zeros, on device d at once.
+  explicit tensor(const xtpu::device& d) : storage_(make_storage(d, "tensor")) {
     std::memset(storage_->buffer.data(), 0, bytes);
   }
   tensor(const tensor&) = default;
@@ -153,6 +158,19 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   /// True while the value waits for mark_step().
   bool pending() const noexcept { return storage_->owner.load() != nullptr; }
 
+  /// The device the value lives on (where it was made, or where the operands of the
+  /// expression that computes it live).
+  const xtpu::device& device() const noexcept { return *storage_->dev->handle; }
+  /// The value on device d: this tensor itself if it lives there, else a copy made now — an
+  /// explicit transfer between chips, timed as TransferDeviceToDeviceTime (a pending value is
+  /// computed first: a sync point). out_of_memory on d leaves this tensor as it was.
+  tensor to(const xtpu::device& d) const {
+    if (&d.chip() == storage_->dev) return *this;
+    if (pending()) detail::sync(*storage_);
+    tensor out(d, storage_->buffer.data(), detail::counters::get().between_devices);
+    return out;
+  }
+
   static constexpr std::size_t bytes = size * sizeof(T);
 
  private:
@@ -165,20 +183,25 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   static std::shared_ptr<detail::storage> record(const E& e) {
     check::assign<typename E::shape_type, shape_type>();
     check::assign_dtype<typename E::value_type, T>();
-    return detail::step::this_thread().record(e);
+    return detail::step_for(e).record(e);
+  }
+  /// A fresh storage with a buffer of this tensor's size on d.
+  static std::shared_ptr<detail::storage> make_storage(const xtpu::device& d, std::string_view what) {
+    settings::check_environment();
+    auto s = std::make_shared<detail::storage>(d.chip());
+    s->buffer = detail::device_buffer(d.chip(), bytes, what);
+    return s;
   }
   void read_into(T* dst) const {
-    detail::sync();
-    if (const void* o = storage_->owner.load(); o != nullptr) detail::throw_not_readable(o);
+    detail::sync(*storage_);
     detail::time_sample t{detail::counters::get().from_device};
     std::memcpy(static_cast<void*>(dst), storage_->buffer.data(), bytes);
   }
   friend struct detail::host_transfer;
-  struct materialized_tag {};
-  tensor(materialized_tag, const void* src) : storage_(std::make_shared<detail::storage>()) {
-    settings::check_environment();
-    detail::time_sample t{detail::counters::get().to_device};
-    storage_->buffer = detail::device_buffer(bytes, "from_host");
+  /// A copy of `bytes` at src on device d, made now and timed in `timer`.
+  tensor(const xtpu::device& d, const void* src, metrics::detail::metric_cell& timer)
+      : storage_(make_storage(d, "transfer")) {
+    detail::time_sample t{timer};
     std::memcpy(storage_->buffer.data(), src, bytes);
   }
 
@@ -239,7 +262,7 @@ namespace detail {
 struct host_transfer {
   template <class T, std::size_t... Dims>
   static tensor<T, Dims...> from(const T* src) {
-    return tensor<T, Dims...>(typename tensor<T, Dims...>::materialized_tag{}, src);
+    return tensor<T, Dims...>(device::current(), src, counters::get().to_device);
   }
 };
 
