@@ -1,16 +1,21 @@
 # Builds SRC several ways, runs each build, and requires identical output.
 #   COMPILERS: one build per compiler, with FLAGS (fingerprints: g++ vs clang++), or
-#   VARIANTS:  one build with the first compiler per flag set, sets separated by '|'
+#   VARIANTS:  one build per flag set, sets separated by '|', items by ','; a set's first item
+#              may be cxx=COMPILER, else the first of COMPILERS builds it
 #              (the MXU bits: -O0 vs -O2 -march=x86-64 vs -O2 -march=native).
 set(outputs)
 set(builds)
 if(VARIANTS)
-  list(GET COMPILERS 0 cxx)
+  list(GET COMPILERS 0 cxx0)
   string(REPLACE "|" ";" sets "${VARIANTS}")
   set(i 0)
   foreach(set ${sets})
-    string(REPLACE " " ";" extra "${set}")
-    list(APPEND builds "${cxx}@${i}@${extra}")
+    set(cxx ${cxx0})
+    if(set MATCHES "^cxx=([^,]*),?(.*)$")
+      set(cxx ${CMAKE_MATCH_1})
+      set(set "${CMAKE_MATCH_2}")
+    endif()
+    list(APPEND builds "${cxx}@${i}@${set}")
     math(EXPR i "${i} + 1")
   endforeach()
 else()
@@ -37,7 +42,7 @@ foreach(build ${builds})
   endif()
   execute_process(COMMAND ${exe} RESULT_VARIABLE rc OUTPUT_VARIABLE out)
   if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${exe} failed")
+    message(FATAL_ERROR "${exe} failed:\n${out}")
   endif()
   list(APPEND outputs "${out}")
   message(STATUS "${cxx} ${extra}:\n${out}")

@@ -9,8 +9,10 @@
 //     start when N's start at S. Post-order: every other slot number in xtpu is computed here;
 //   detail::evaluator<N>, specialised per node kind (eval/elementwise.hpp, eval/layout.hpp,
 //     eval/matmul.hpp, eval/reduce.hpp): load<S>(bound, i), the element at flat index i of N
-//     placed at slots S, in N's compute type; materialized kinds add compute<S>(bound, out, ...),
-//     which writes N's value into out (and their load reads that buffer: own_slots<N, S>.temp);
+//     placed at slots S, in N's compute type, and for the kinds that have them packet<S, P, Q>
+//     (eval/elementwise.hpp: lanes at once); materialized kinds add compute<S>(bound, out, ...),
+//     which writes N's value into out (and their load reads that buffer: own_slots<N, S>.temp,
+//     materialized_evaluator);
 //   detail::load_child<N, S, I>(bound, i) — child I's element i.
 #pragma once
 
@@ -64,16 +66,6 @@ template <class N, slots S, std::size_t I>
 constexpr auto load_child(const bound& b, std::size_t i) noexcept {
   return evaluator<child_t<N, I>>::template load<child_slots<N, S, I>>(b, i);
 }
-
-/// A materialized node is read from its own buffer: the last temp slot of its subtree.
-template <class N>
-struct materialized_evaluator {
-  template <slots S>
-  static compute_t<typename N::value_type> load(const bound& b, std::size_t i) noexcept {
-    using T = typename N::value_type;
-    return load_as<T>(static_cast<const T*>(b.temps[own_slots<N, S>.temp])[i]);
-  }
-};
 
 /// A tile epilogue of a matmul (f32 results only): ep(ctx, offset, row0, col0, rows, cols)
 /// runs on each finished tile of the batch starting at flat offset `offset`.

@@ -1,7 +1,8 @@
 // xtpu/eval/layout.hpp — the evaluators of slice, pad and concat (expr/layout.hpp): index
 // remaps that fuse into their consumer's loop.
 //
-// Provides: detail::evaluator<N>::load<S>(bound, i) for slice_node, pad_node, concat_node;
+// Provides: detail::evaluator<N>::load<S>(bound, i) for slice_node, pad_node, concat_node, and
+// packet<S, P, Q> for slice (pad and concat are read an element per lane by their consumer);
 // detail::axis_split<S, Ax>, flat index -> (outer, coordinate along Ax, inner remainder).
 // slice reads [Begin, End) of one axis; pad reads its own scalar (the padding value) outside
 // the operand; concat picks the operand whose range along Axis holds the coordinate.
@@ -27,11 +28,28 @@ struct axis_split {
 template <std::size_t Axis, std::size_t Begin, std::size_t End, class C>
 struct evaluator<slice_node<Axis, Begin, End, C>> {
   using node = slice_node<Axis, Begin, End, C>;
-  template <slots S>
-  static auto load(const bound& b, std::size_t i) noexcept {
+  static constexpr std::size_t child_index(std::size_t i) noexcept {
     const axis_split<typename node::shape_type, Axis> o(i);
     constexpr std::size_t n = extent_v<typename C::shape_type, Axis>;
-    return load_child<node, S, 0>(b, (o.outer * n + o.a + Begin) * o.inner + o.rest);
+    return (o.outer * n + o.a + Begin) * o.inner + o.rest;
+  }
+  template <slots S>
+  static auto load(const bound& b, std::size_t i) noexcept {
+    return load_child<node, S, 0>(b, child_index(i));
+  }
+  static constexpr bool has_packet = packet_traits<C>::has;
+  /// Contiguous when the sliced axis is outside the block of the last Q axes, or its first.
+  template <std::size_t Q>
+  static constexpr edge child_edge() {
+    return edge_of<C>(Axis + Q <= node::shape_type::rank, false);
+  }
+  template <std::size_t Q>
+  static constexpr bool fast() {
+    return child_edge<Q>() == edge::contiguous && packet_traits<C>::template fast<Q>();
+  }
+  template <slots S, path P, std::size_t Q>
+  static auto packet(const bound& b, std::size_t i) noexcept {
+    return child_lanes<C, child_slots<node, S, 0>, P, Q, child_edge<Q>()>(b, [i](std::size_t l) { return child_index(i + l); });
   }
 };
 

@@ -19,6 +19,7 @@
 #include "xtpu/eval/cost.hpp"
 #include "xtpu/eval/evaluator.hpp"
 #include "xtpu/eval/layout.hpp"
+#include "xtpu/eval/loop.hpp"
 #include "xtpu/eval/matmul.hpp"
 #include "xtpu/eval/reduce.hpp"
 #include "xtpu/expr/node.hpp"
@@ -45,16 +46,22 @@ void run_materialized(const bound& b, void* dst) {
   evaluator<N>::template compute<S>(b, static_cast<typename N::value_type*>(dst));
 }
 
+/// Elements [begin, end) of the loop `dst = N`, on the active path (kernels/simd.hpp), in
+/// xtpu's floating-point environment.
 template <class N>
 void run_elementwise_range(const bound& b, void* dst, std::size_t begin, std::size_t end) {
-  using T = typename N::value_type;
-  T* out = static_cast<T*>(dst);
-  for (std::size_t i = begin; i < end; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
+  kernels::simd::fp_env env;
+  kernels::simd::dispatch([&](auto p) {
+    loop_range<N, decltype(p)::value>(b, static_cast<typename N::value_type*>(dst), begin, end);
+  });
 }
+
+/// Elements a loop gives each thread at least (below twice this it runs on the caller alone).
+inline constexpr std::size_t loop_grain = 32768;
 
 template <class N>
 void run_elementwise(const bound& b, void* dst) {
-  run_elementwise_range<N>(b, dst, 0, N::shape_type::size);
+  for_ranges(N::shape_type::size, loop_grain, [&](std::size_t b0, std::size_t b1) { run_elementwise_range<N>(b, dst, b0, b1); });
 }
 
 template <std::size_t A, std::size_t B>
@@ -236,30 +243,37 @@ constexpr bool fusable() {
   }
 }
 
+/// What the fused kernel's tile epilogue reads: t (the matmul's slot, its only temp, is t
+/// itself) and the statement's leaves and scalars.
+struct fused_context {
+  float* out;
+  const void* temps[1];
+  bound root;
+};
+
+/// The root E over rows [r0, r0 + rows) x cols [c0, c0 + cols) of the batch at `offset`, in
+/// place, on path P, in xtpu's floating-point environment (not the MXU's flush-to-zero).
+template <class E, path P>
+void fused_epilogue(const void* p, std::size_t offset, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
+  constexpr std::size_t N = E::shape_type::dims[E::shape_type::rank - 1];
+  const auto* c = static_cast<const fused_context*>(p);
+  kernels::simd::fp_env env;
+  for (std::size_t r = r0; r < r0 + rows; ++r) {
+    const std::size_t i = offset + r * N + c0;
+    loop_range<E, P>(c->root, c->out, i, i + cols);
+  }
+}
+
 /// The fused kernel: matmul into t, then the root over each finished tile, in place.
 template <class E>
 void run_fused(const bound& b, void* dst) {
   using Loc = std::remove_pointer_t<decltype(find_matmul<E, slots{}>())>;
   using MM = typename Loc::node;
-  using S = typename E::shape_type;
-  constexpr std::size_t N = S::dims[S::rank - 1];
-  struct context {
-    float* out;
-    const void* temps[1];
-    bound root;
-  } ctx{static_cast<float*>(dst), {dst}, {b.leaves, b.scalars, nullptr}};
-  ctx.root.temps = ctx.temps;  // the matmul's slot (the only temp) is t itself
-  evaluator<MM>::template compute<Loc::at>(
-      b, ctx.out,
-      [](const void* p, std::size_t offset, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
-        const auto* c = static_cast<const context*>(p);
-        for (std::size_t r = r0; r < r0 + rows; ++r)
-          for (std::size_t j = c0; j < c0 + cols; ++j) {
-            const std::size_t i = offset + r * N + j;
-            c->out[i] = store_as<float>(evaluator<E>::template load<slots{}>(c->root, i));
-          }
-      },
-      &ctx);
+  fused_context ctx{static_cast<float*>(dst), {dst}, {b.leaves, b.scalars, nullptr}};
+  ctx.root.temps = ctx.temps;
+  kernels::simd::dispatch([&](auto p) {
+    evaluator<MM>::template compute<Loc::at>(b, ctx.out, &fused_epilogue<E, decltype(p)::value>, &ctx);
+  });
 }
 
 /// The kernel table of the statement `t = E` (the last entry writes t).

@@ -1,13 +1,22 @@
 // xtpu/eval/reduce.hpp — the evaluator of reduce_node: sum, mean and max over one axis or all.
 //
-// Provides: detail::evaluator<reduce_node<Op, Axis, C>>::compute<S> — plain loops, one
-// accumulator per output element, elements visited in index order.
+// Provides: detail::evaluator<reduce_node<Op, Axis, C>>::compute<S>.
+// Order (docs/numerics.md), the same on every path and thread count:
+//   * over the last axis, or over all axes: eval/loop.hpp's canonical order (16 lanes, a fixed
+//     tree, blocks of 16384 in order), the child read a packet at a time;
+//   * over another axis: each output element sums its n values in index order, W outputs at a
+//     time (they are contiguous);
+//   * int32 and bool values: exactly, in int64 (wrapped to int32 at the end), in index order.
+// mean = sum / n (one f32 division); max: a NaN anywhere gives NaN (torch.max).
 // x (..., n, ...) -> (..., ...) over axis `Axis`, or x (any) -> () over all axes.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "xtpu/eval/elementwise.hpp"
+#include "xtpu/eval/loop.hpp"
 #include "xtpu/expr/node.hpp"
 
 namespace xtpu::detail {
@@ -16,25 +25,117 @@ template <class Op, int Axis, class C>
 struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<Op, Axis, C>> {
   using node = reduce_node<Op, Axis, C>;
   using value_type = typename node::value_type;
+  using In = typename C::shape_type;
+  static constexpr bool is_max = std::is_same_v<Op, max_op>, is_mean = std::is_same_v<Op, mean_op>;
+  static constexpr bool floating = is_floating_v<typename C::value_type>;
+  static constexpr std::size_t ax = Axis == all_axes ? 0 : normalize_axis_v<In, Axis>;
+  static constexpr std::size_t n = Axis == all_axes ? In::size : In::dims[ax];
+  static constexpr std::size_t stride = Axis == all_axes ? 1 : strides_of(In::dims)[ax];
+  static constexpr std::size_t outer = In::size / (n * stride);
 
   template <slots S>
-  static void compute(const bound& b, value_type* out) noexcept {
-    using In = typename C::shape_type;
-    using Acc = typename Op::template accumulator<typename C::value_type>;
-    if constexpr (Axis == all_axes) {
-      Acc acc;
-      for (std::size_t i = 0; i < In::size; ++i) acc.add(load_child<node, S, 0>(b, i));
-      out[0] = store_as<value_type>(acc.template result<value_type>(In::size));
+  static void compute(const bound& b, value_type* out) {
+    if constexpr (!floating) {
+      compute_exact<S>(b, out);
     } else {
-      constexpr std::size_t ax = normalize_axis_v<In, Axis>;
-      constexpr std::size_t n = In::dims[ax], stride = strides_of(In::dims)[ax];
-      constexpr std::size_t outer = In::size / (n * stride);
-      for (std::size_t o = 0; o < outer; ++o) {
-        for (std::size_t s = 0; s < stride; ++s) {
-          Acc acc;
-          for (std::size_t k = 0; k < n; ++k) acc.add(load_child<node, S, 0>(b, (o * n + k) * stride + s));
-          out[o * stride + s] = store_as<value_type>(acc.template result<value_type>(n));
+      kernels::simd::fp_env env;
+      kernels::simd::dispatch([&](auto p) { compute_float<S, decltype(p)::value>(b, out); });
+    }
+  }
+
+ private:
+  template <slots S>
+  static float element(const bound& b, std::size_t i) noexcept {
+    return static_cast<float>(load_child<node, S, 0>(b, i));
+  }
+  template <class V>
+  static auto finish(V acc) noexcept {
+    if constexpr (is_mean) return acc / static_cast<float>(n);
+    else return acc;
+  }
+
+  /// Float values: the canonical order (contiguous axis) or index order per output (strided).
+  template <slots S, path P>
+  static void compute_float(const bound& b, value_type* out) {
+    constexpr slots CS = child_slots<node, S, 0>;
+    constexpr std::size_t W = width_v<P>;
+    if constexpr (stride == 1) {
+      // rows of n contiguous values: packets of the child within blocks of its last Q axes
+      constexpr std::size_t Q = Axis == all_axes ? loop_q<C, W> : (packet_traits<C>::has ? 1 : 0);
+      constexpr std::size_t R = Q == 0 ? 1 : block_size<In>(Q);
+      constexpr bool packets = P != path::scalar && Q != 0 && (R == n || R % reduce_order::lanes == 0);
+      auto packet = [&](std::size_t i) {
+        if constexpr (packets) return evaluator<C>::template packet<CS, P, Q>(b, i);
+        else return lanes_t<P>(0.0f);
+      };
+      auto value = [&](std::size_t i) { return element<S>(b, i); };
+      if constexpr (Axis == all_axes) {
+        // blocks on threads, combined in order
+        constexpr std::size_t blocks = (n + reduce_order::block - 1) / reduce_order::block;
+        std::vector<float> part(blocks);
+        for_ranges(blocks, 4, [&](std::size_t b0, std::size_t b1) {
+          for (std::size_t k = b0; k < b1; ++k) {
+            const std::size_t first = k * reduce_order::block, m = std::min(reduce_order::block, n - first);
+            part[k] = reduce_block<is_max, P>(
+                m, packets, [&](std::size_t i) { return packet(first + i); }, [&](std::size_t i) { return value(first + i); });
+          }
+        });
+        float total = float_combine<is_max>::template identity<float>();
+        for (float x : part) total = float_combine<is_max>::step(total, x);
+        out[0] = store_as<value_type>(finish(total));
+      } else {
+        for_ranges(outer, std::max<std::size_t>(1, 32768 / n), [&](std::size_t o0, std::size_t o1) {
+          for (std::size_t o = o0; o < o1; ++o) {
+            const std::size_t first = o * n;
+            const float r = reduce_values<is_max, P>(
+                n, packets, [&](std::size_t i) { return packet(first + i); }, [&](std::size_t i) { return value(first + i); });
+            out[o] = store_as<value_type>(finish(r));
+          }
+        });
+      }
+    } else {
+      // n values `stride` apart per output; W neighbouring outputs at once, each in index order
+      constexpr std::size_t Q = In::rank - 1 - ax;  // the axes after the reduced one: a block of `stride`
+      constexpr bool packets = P != path::scalar && packet_traits<C>::has && stride >= W;
+      using Cmb = float_combine<is_max>;
+      for_ranges(outer, std::max<std::size_t>(1, 32768 / (n * stride)), [&](std::size_t o0, std::size_t o1) {
+        for (std::size_t o = o0; o < o1; ++o) {
+          std::size_t s = 0;
+          if constexpr (packets) {
+            using V = lanes_t<P>;
+            for (; s + W <= stride; s += W) {
+              V acc = Cmb::template identity<V>();
+              for (std::size_t k = 0; k < n; ++k)
+                acc = Cmb::step(acc, V(evaluator<C>::template packet<CS, P, Q>(b, (o * n + k) * stride + s)));
+              store_lanes<value_type>(out + o * stride + s, finish(acc));
+            }
+          }
+          for (; s < stride; ++s) {
+            float acc = Cmb::template identity<float>();
+            for (std::size_t k = 0; k < n; ++k) acc = Cmb::step(acc, element<S>(b, (o * n + k) * stride + s));
+            out[o * stride + s] = store_as<value_type>(finish(acc));
+          }
         }
+      });
+    }
+  }
+
+  /// int32 and bool values: sums in int64 (exact) and max, in index order.
+  template <slots S>
+  static void compute_exact(const bound& b, value_type* out) noexcept {
+    using T = compute_t<typename C::value_type>;
+    for (std::size_t o = 0; o < outer; ++o) {
+      for (std::size_t s = 0; s < stride; ++s) {
+        std::int64_t sum = 0;
+        T best{};
+        for (std::size_t k = 0; k < n; ++k) {
+          const T v = load_child<node, S, 0>(b, (o * n + k) * stride + s);
+          sum += static_cast<std::int64_t>(v);
+          if (k == 0 || best < v) best = v;
+        }
+        if constexpr (is_max) out[o * stride + s] = store_as<value_type>(best);
+        else if constexpr (is_mean) out[o * stride + s] = store_as<value_type>(static_cast<float>(sum) / static_cast<float>(n));
+        else out[o * stride + s] = store_as<value_type>(static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint64_t>(sum))));
       }
     }
   }

@@ -11,9 +11,7 @@
 // Errors: E101 E103 E104 E107 E108 (shape), E202 E203 E204 E206 (dtype), E301-E304 (matmul).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -26,16 +24,6 @@ namespace detail {
 template <class A, class B>
 using promote_nodes_t =
     typename promote<typename A::value_type, A::weak, typename B::value_type, B::weak>::type;
-
-/// int32 arithmetic wraps (two's complement), never UB.
-template <class C, class F>
-constexpr C wrapping(C a, C b, F f) noexcept {
-  if constexpr (std::is_same_v<C, std::int32_t>) {
-    return static_cast<C>(f(static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(b)));
-  } else {
-    return f(a, b);
-  }
-}
 
 template <class S0, class... S>
 constexpr void check_broadcast_all() {
@@ -79,11 +67,6 @@ struct arithmetic {
   static constexpr void check() {
     check::arithmetic<typename L::value_type, typename R::value_type>();
   }
-  template <class V, class L, class R>
-  static constexpr compute_t<V> apply(auto a, auto b) noexcept {
-    using C = compute_t<V>;
-    return F::f(static_cast<C>(a), static_cast<C>(b));
-  }
 };
 
 /// < <= > >= == !=: operands promoted, the result is bool.
@@ -94,14 +77,10 @@ struct comparison {
   template <class L, class R>
   struct traits {
     using value_type = bool;
+    using operands = detail::promote_nodes_t<L, R>;  // what the operands are compared as
   };
   template <class L, class R>
   static constexpr void check() {}
-  template <class V, class L, class R>
-  static constexpr bool apply(auto a, auto b) noexcept {
-    using C = compute_t<detail::promote_nodes_t<L, R>>;
-    return F::f(static_cast<C>(a), static_cast<C>(b));
-  }
 };
 
 /// Unary math. F::floating: int32/bool operands give float (exp, log, ...).
@@ -118,10 +97,6 @@ struct unary {
   static constexpr void check() {
     if constexpr (F::tag == op_tag::neg) check::arithmetic<typename C::value_type, typename C::value_type>();
   }
-  template <class V, class C>
-  static constexpr compute_t<V> apply(auto a) noexcept {
-    return F::f(static_cast<compute_t<V>>(a));
-  }
 };
 
 struct where_op {
@@ -135,10 +110,6 @@ struct where_op {
   static constexpr void check() {
     check::where_mask<typename M::value_type>();
   }
-  template <class V, class M, class A, class B>
-  static constexpr compute_t<V> apply(auto m, auto a, auto b) noexcept {
-    return m ? static_cast<compute_t<V>>(a) : static_cast<compute_t<V>>(b);
-  }
 };
 
 template <class T>
@@ -151,62 +122,37 @@ struct cast_op {
   };
   template <class C>
   static constexpr void check() {}
-  template <class V, class C>
-  static constexpr compute_t<V> apply(auto a) noexcept {
-    return load_as<T>(store_as<T>(a));  // a cast to bf16 rounds here, not at the store
-  }
 };
 
+/// The elementwise operations, by name: what each is (its tag, its dtype rule); how each is
+/// computed is eval/ops.hpp's (detail::op_math).
 namespace op {
-template <class C>
-constexpr C nan_or(C a, C b, C r) noexcept {
-  if constexpr (std::is_floating_point_v<C>) {
-    if (a != a) return a;
-    if (b != b) return b;
-  }
-  return r;
-}
-struct add { static constexpr op_tag tag = op_tag::add; static constexpr bool true_division = false;
-  template <class C> static constexpr C f(C a, C b) noexcept { return detail::wrapping(a, b, [](auto x, auto y) { return x + y; }); } };
-struct sub { static constexpr op_tag tag = op_tag::sub; static constexpr bool true_division = false;
-  template <class C> static constexpr C f(C a, C b) noexcept { return detail::wrapping(a, b, [](auto x, auto y) { return x - y; }); } };
-struct mul { static constexpr op_tag tag = op_tag::mul; static constexpr bool true_division = false;
-  template <class C> static constexpr C f(C a, C b) noexcept { return detail::wrapping(a, b, [](auto x, auto y) { return x * y; }); } };
-struct div { static constexpr op_tag tag = op_tag::div; static constexpr bool true_division = true;
-  template <class C> static constexpr C f(C a, C b) noexcept { return a / b; } };
-struct maximum { static constexpr op_tag tag = op_tag::maximum; static constexpr bool true_division = false;
-  template <class C> static constexpr C f(C a, C b) noexcept { return nan_or(a, b, a < b ? b : a); } };
-struct minimum { static constexpr op_tag tag = op_tag::minimum; static constexpr bool true_division = false;
-  template <class C> static constexpr C f(C a, C b) noexcept { return nan_or(a, b, b < a ? b : a); } };
+struct add { static constexpr op_tag tag = op_tag::add; static constexpr bool true_division = false; };
+struct sub { static constexpr op_tag tag = op_tag::sub; static constexpr bool true_division = false; };
+struct mul { static constexpr op_tag tag = op_tag::mul; static constexpr bool true_division = false; };
+struct div { static constexpr op_tag tag = op_tag::div; static constexpr bool true_division = true; };
+struct maximum { static constexpr op_tag tag = op_tag::maximum; static constexpr bool true_division = false; };
+struct minimum { static constexpr op_tag tag = op_tag::minimum; static constexpr bool true_division = false; };
 
-struct lt { static constexpr op_tag tag = op_tag::lt; template <class C> static constexpr bool f(C a, C b) noexcept { return a < b; } };
-struct le { static constexpr op_tag tag = op_tag::le; template <class C> static constexpr bool f(C a, C b) noexcept { return a <= b; } };
-struct gt { static constexpr op_tag tag = op_tag::gt; template <class C> static constexpr bool f(C a, C b) noexcept { return a > b; } };
-struct ge { static constexpr op_tag tag = op_tag::ge; template <class C> static constexpr bool f(C a, C b) noexcept { return a >= b; } };
-struct eq { static constexpr op_tag tag = op_tag::eq; template <class C> static constexpr bool f(C a, C b) noexcept { return a == b; } };
-struct ne { static constexpr op_tag tag = op_tag::ne; template <class C> static constexpr bool f(C a, C b) noexcept { return a != b; } };
+struct lt { static constexpr op_tag tag = op_tag::lt; };
+struct le { static constexpr op_tag tag = op_tag::le; };
+struct gt { static constexpr op_tag tag = op_tag::gt; };
+struct ge { static constexpr op_tag tag = op_tag::ge; };
+struct eq { static constexpr op_tag tag = op_tag::eq; };
+struct ne { static constexpr op_tag tag = op_tag::ne; };
 
-struct neg { static constexpr op_tag tag = op_tag::neg; static constexpr bool floating = false;
-  template <class C> static constexpr C f(C a) noexcept { return detail::wrapping(C{0}, a, [](auto x, auto y) { return x - y; }); } };
-struct abs { static constexpr op_tag tag = op_tag::abs; static constexpr bool floating = false;
-  template <class C> static C f(C a) noexcept { if constexpr (std::is_same_v<C, bool>) return a; else if constexpr (std::is_floating_point_v<C>) return std::fabs(a); else return a < 0 ? neg::f(a) : a; } };
-struct relu { static constexpr op_tag tag = op_tag::relu; static constexpr bool floating = false;
-  template <class C> static constexpr C f(C a) noexcept { return a != a ? a : (a > C{0} ? a : C{0}); } };
-struct exp { static constexpr op_tag tag = op_tag::exp; static constexpr bool floating = true;
-  static float f(float a) noexcept { return std::exp(a); } };
-struct log { static constexpr op_tag tag = op_tag::log; static constexpr bool floating = true;
-  static float f(float a) noexcept { return std::log(a); } };
-struct sqrt { static constexpr op_tag tag = op_tag::sqrt; static constexpr bool floating = true;
-  static float f(float a) noexcept { return std::sqrt(a); } };
-struct rsqrt { static constexpr op_tag tag = op_tag::rsqrt; static constexpr bool floating = true;
-  static float f(float a) noexcept { return 1.0f / std::sqrt(a); } };
-struct tanh { static constexpr op_tag tag = op_tag::tanh; static constexpr bool floating = true;
-  static float f(float a) noexcept { return std::tanh(a); } };
-struct sigmoid { static constexpr op_tag tag = op_tag::sigmoid; static constexpr bool floating = true;
-  static float f(float a) noexcept { return 1.0f / (1.0f + std::exp(-a)); } };
+// floating: an int32/bool operand gives a float result
+struct neg { static constexpr op_tag tag = op_tag::neg; static constexpr bool floating = false; };
+struct abs { static constexpr op_tag tag = op_tag::abs; static constexpr bool floating = false; };
+struct relu { static constexpr op_tag tag = op_tag::relu; static constexpr bool floating = false; };
+struct exp { static constexpr op_tag tag = op_tag::exp; static constexpr bool floating = true; };
+struct log { static constexpr op_tag tag = op_tag::log; static constexpr bool floating = true; };
+struct sqrt { static constexpr op_tag tag = op_tag::sqrt; static constexpr bool floating = true; };
+struct rsqrt { static constexpr op_tag tag = op_tag::rsqrt; static constexpr bool floating = true; };
+struct tanh { static constexpr op_tag tag = op_tag::tanh; static constexpr bool floating = true; };
+struct sigmoid { static constexpr op_tag tag = op_tag::sigmoid; static constexpr bool floating = true; };
 /// The exact (erf) GELU, PyTorch's default: x/2 (1 + erf(x / sqrt 2)).
-struct gelu { static constexpr op_tag tag = op_tag::gelu; static constexpr bool floating = true;
-  static float f(float a) noexcept { return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f)); } };
+struct gelu { static constexpr op_tag tag = op_tag::gelu; static constexpr bool floating = true; };
 }  // namespace op
 
 // ---- operators -------------------------------------------------------------------------------
@@ -327,54 +273,21 @@ constexpr auto matmul(L&& l, R&& r) {
 namespace detail {
 template <class T>
 using sum_result_t = std::conditional_t<is_floating_v<T>, T, std::int32_t>;
-
-/// Sums in f32 (floating) or int64 (integral, wrapped to int32 at the end), in index order.
-template <class T>
-struct sum_accumulator {
-  using acc_t = std::conditional_t<is_floating_v<T>, float, std::int64_t>;
-  acc_t acc{};
-  constexpr void add(compute_t<T> v) noexcept { acc += static_cast<acc_t>(v); }
-  template <class V>
-  constexpr compute_t<V> result(std::size_t) const noexcept {
-    if constexpr (std::is_same_v<acc_t, float>) return acc;
-    else return static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint64_t>(acc)));
-  }
-};
-template <class T>
-struct mean_accumulator : sum_accumulator<T> {
-  template <class V>
-  constexpr float result(std::size_t n) const noexcept {
-    return static_cast<float>(this->acc) / static_cast<float>(n);
-  }
-};
-/// Maximum; a NaN anywhere gives NaN (torch.max).
-template <class T>
-struct max_accumulator {
-  compute_t<T> best{};
-  bool first = true;
-  constexpr void add(compute_t<T> v) noexcept {
-    if (first || v != v || (best == best && best < v)) best = v;
-    first = false;
-  }
-  template <class V>
-  constexpr compute_t<V> result(std::size_t) const noexcept { return best; }
-};
 }  // namespace detail
 
+/// The reductions, by name (how each runs: eval/reduce.hpp). Sums of int32 wrap to int32.
 struct sum_op {
   static constexpr op_tag tag = op_tag::sum;
   template <class T> using result = detail::sum_result_t<T>;
-  template <class T> using accumulator = detail::sum_accumulator<T>;
 };
 struct mean_op {
   static constexpr op_tag tag = op_tag::mean;
   template <class T> using result = std::conditional_t<is_floating_v<T>, T, float>;
-  template <class T> using accumulator = detail::mean_accumulator<T>;
 };
+/// A NaN anywhere gives NaN (torch.max).
 struct max_op {
   static constexpr op_tag tag = op_tag::max;
   template <class T> using result = T;
-  template <class T> using accumulator = detail::max_accumulator<T>;
 };
 
 namespace detail {

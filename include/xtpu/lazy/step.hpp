@@ -443,10 +443,13 @@ class step {
     }
     const std::size_t elements = stmts_[p.stmts[first].stmt].kernels[0].elements;
     constexpr std::size_t block = 2048;  // elements: every stream of the group stays in L1/L2 between statements
-    for (std::size_t b0 = 0; b0 < elements; b0 += block) {
-      const std::size_t b1 = std::min(elements, b0 + block);
-      for (std::size_t j = 0; j < n; ++j) group_run_[j](bounds_[first + j], group_out_[j], b0, b1);
-    }
+    // threads take ranges of blocks; an element's value depends on no other, so the split changes no bit
+    detail::for_ranges(elements, detail::loop_grain / n, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t b0 = r0; b0 < r1; b0 += block) {
+        const std::size_t b1 = std::min(r1, b0 + block);
+        for (std::size_t j = 0; j < n; ++j) group_run_[j](bounds_[first + j], group_out_[j], b0, b1);
+      }
+    });
   }
   /// The output of the plan's i-th live statement (held in outputs_ by hold_live_outputs).
   storage& output(const plan& p, std::size_t i) const noexcept { return *outputs_[p.stmts[i].stmt]; }

@@ -1,0 +1,150 @@
+// xtpu/eval/loop.hpp — the fused loops: an elementwise statement over a range of its elements,
+// and the one reduction order, on every lane width and thread count.
+//
+// Provides:
+//   detail::loop_range<N, P>(bound, out, begin, end) — elements [begin, end) of N, a packet at a
+//     time on path P inside each block of N's last Q axes (Q: loop_q, the largest block with
+//     no gather, or the largest at least a packet long), the rest one element at a time;
+//   detail::for_ranges(n, grain, f) — f(begin, end) over [0, n) split into pieces of at least
+//     `grain` for the thread pool (one piece, on the caller, below it);
+//   detail::reduce_order — the canonical reduction of n values (docs/numerics.md):
+//       blocks of 16384 values, combined in order; inside a block, 16 lanes — lane l takes
+//       values l, l+16, l+32, ... in order, starting from the identity (-0 for a sum, -inf for
+//       a max) — then lanes combined as l with l+8, then +4, +2, +1.
+//     It does not depend on the path (a 4-, 8- or 16-lane batch holds 4, 2 or 1 groups of the
+//     16 lanes) or on the thread count (threads take whole blocks or whole rows).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <type_traits>
+
+#include "xtpu/eval/elementwise.hpp"
+#include "xtpu/kernels/cpu.hpp"
+#include "xtpu/kernels/simd.hpp"
+#include "xtpu/kernels/thread_pool.hpp"
+
+namespace xtpu::detail {
+
+/// The block (last Q axes of N) a loop over N takes packets in: the largest with no gather and
+/// at least W elements, else the largest at least W long; 0: packets do not pay (blocks too short).
+template <class N, std::size_t W>
+inline constexpr std::size_t loop_q = [] {
+  using S = typename N::shape_type;
+  if constexpr (!packet_traits<N>::has || S::rank == 0) {
+    return std::size_t{0};
+  } else {
+    std::size_t best = 0;
+    [&]<std::size_t... Q>(std::index_sequence<Q...>) {
+      ((best = (best == 0 && block_size<S>(S::rank - Q) >= W && packet_traits<N>::template fast<S::rank - Q>())
+                   ? S::rank - Q
+                   : best),
+       ...);
+    }(std::make_index_sequence<S::rank>{});
+    if (best == 0 && block_size<S>(S::rank) >= W) best = S::rank;
+    return best;
+  }
+}();
+
+/// Elements [begin, end) of the statement `out = N`, on path P.
+template <class N, path P>
+void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, std::size_t end) noexcept {
+  using T = typename N::value_type;
+  constexpr std::size_t W = width_v<P>;
+  constexpr std::size_t Q = P == path::scalar ? 0 : loop_q<N, W>;
+  if constexpr (Q == 0 || !is_floating_v<T>) {
+    for (std::size_t i = begin; i < end; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
+  } else {
+    constexpr std::size_t R = block_size<typename N::shape_type>(Q);
+    std::size_t i = begin;
+    while (i < end) {
+      const std::size_t stop = std::min(end, (i / R + 1) * R);
+      for (; i + W <= stop; i += W) store_lanes<T>(out + i, evaluator<N>::template packet<slots{}, P, Q>(b, i));
+      for (; i < stop; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
+    }
+  }
+}
+
+/// f(begin, end) over [0, n) in pieces of at least `grain` (a multiple of 64 each but the
+/// last), on up to XTPU_NUM_THREADS threads. Which thread runs a piece changes no result.
+template <class F>
+void for_ranges(std::size_t n, std::size_t grain, F&& f) {
+  const std::size_t most = static_cast<std::size_t>(kernels::num_threads());
+  const std::size_t t = std::min(most, std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
+  if (t <= 1) {
+    f(std::size_t{0}, n);
+    return;
+  }
+  kernels::detail::thread_pool::instance().run(static_cast<int>(t), [&](int k) {
+    const auto piece = [&](std::size_t j) { return j == t ? n : n * j / t / 64 * 64; };
+    f(piece(static_cast<std::size_t>(k)), piece(static_cast<std::size_t>(k) + 1));
+  });
+}
+
+// ---- the canonical reduction order --------------------------------------------------------
+
+struct reduce_order {
+  static constexpr std::size_t lanes = 16, block = 16384;
+};
+
+/// Sum or max of floats, as one combine step (max: op_math<maximum>'s NaN rule, ties keep the
+/// accumulator).
+template <bool Max>
+struct float_combine {
+  template <class V>
+  static V identity() noexcept {
+    return V(Max ? -__builtin_inff() : -0.0f);
+  }
+  template <class V>
+  static V step(V acc, V v) noexcept {
+    if constexpr (Max) return op_math<op::maximum>::f(acc, v);
+    else return acc + v;
+  }
+  /// The 16 lanes of one block, combined l with l+8, +4, +2, +1.
+  static float fold16(std::array<float, 16> p) noexcept {
+    for (std::size_t h = 8; h >= 1; h /= 2)
+      for (std::size_t l = 0; l < h; ++l) p[l] = step(p[l], p[l + h]);
+    return p[0];
+  }
+};
+
+/// One block of the canonical reduction: values v(k) for k in [0, n), n <= reduce_order::block;
+/// `packet(k)` gives W values from k (k a multiple of W, within a run that `contiguous(k)`
+/// says is one packet long), `value(k)` one value.
+template <bool Max, path P, class Packet, class Value>
+float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
+  using C = float_combine<Max>;
+  constexpr std::size_t W = width_v<P>, G = reduce_order::lanes / W;  // batches per 16 lanes
+  std::array<float, 16> lane;
+  if constexpr (P == path::scalar) {
+    lane.fill(C::template identity<float>());
+    for (std::size_t k = 0; k < n; ++k) lane[k % 16] = C::step(lane[k % 16], value(k));
+  } else {
+    using V = lanes_t<P>;
+    std::array<V, G> acc;
+    acc.fill(C::template identity<V>());
+    std::size_t k = 0;
+    if (packets)
+      for (; k + 16 <= n; k += 16)
+        for (std::size_t g = 0; g < G; ++g) acc[g] = C::step(acc[g], V(packet(k + g * W)));
+    for (std::size_t g = 0; g < G; ++g) acc[g].store_unaligned(lane.data() + g * W);
+    for (; k < n; ++k) lane[k % 16] = C::step(lane[k % 16], value(k));
+  }
+  return C::fold16(lane);
+}
+
+/// The canonical reduction of n values: blocks of reduce_order::block in order.
+template <bool Max, path P, class Packet, class Value>
+float reduce_values(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
+  using C = float_combine<Max>;
+  float total = C::template identity<float>();
+  for (std::size_t b0 = 0; b0 < n; b0 += reduce_order::block) {
+    const std::size_t m = std::min(reduce_order::block, n - b0);
+    total = C::step(total, reduce_block<Max, P>(
+                               m, packets, [&](std::size_t k) { return packet(b0 + k); }, [&](std::size_t k) { return value(b0 + k); }));
+  }
+  return total;
+}
+
+}  // namespace xtpu::detail

@@ -1,0 +1,306 @@
+// xtpu/kernels/simd.hpp — lanes: one float or an xsimd batch of floats, and the primitives
+// every deterministic loop is written in.
+//
+// Provides: xtpu::kernels::simd::
+//   path / active_path() — the lane width fused loops run at: scalar, sse, avx2 or avx512,
+//     the widest the build compiled in (xsimd 8 picks its architectures from the compile
+//     flags: -mavx2 -mfma or -march=native for AVX2) that XTPU_ISA allows;
+//   arch_of<P> — its xsimd architecture; lanes_t<P> (float, or xsimd::batch<float, A>);
+//   barrier(v) — an opaque copy: a product passed through it is never fused into the add
+//     that follows, whatever -ffp-contract the user's compiler runs with;
+//   mul, to_bits, from_bits, select, to_int_trunc, to_float_of — written once for both kinds
+//     of lanes, so a loop's scalar tail and its SIMD body compute the same bits;
+//   fp_env — the floating-point environment loops run in (round to nearest, no flush-to-zero,
+//     whatever the process set), saved and restored around a loop.
+// Rule: every loop of xtpu's is a sequence of IEEE operations that are exact per lane (+ - *
+// / sqrt, compares, selects, bit operations, integer conversions), each rounded on its own;
+// no FMA except where DESIGN.md §4 asks for one (the MXU). So every path and every compiler
+// and flag gives the same bits.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "xtpu/kernels/cpu.hpp"
+
+#if XTPU_X86
+#include <immintrin.h>
+#endif
+
+namespace xtpu::kernels::simd {
+
+/// The lane widths fused loops come in.
+enum class path : int { scalar = 0, sse = 1, avx2 = 2, avx512 = 3 };
+
+/// The xsimd architecture of a path (void: not compiled into this build).
+template <path P>
+struct arch_of {
+  using type = void;
+};
+#if XSIMD_WITH_SSE2
+template <>
+struct arch_of<path::sse> {
+  using type = xsimd::sse2;
+};
+#endif
+#if XSIMD_WITH_AVX2
+template <>
+struct arch_of<path::avx2> {
+  using type = xsimd::avx2;
+};
+#endif
+#if XSIMD_WITH_AVX512F
+template <>
+struct arch_of<path::avx512> {
+  using type = xsimd::avx512f;
+};
+#endif
+template <path P>
+using arch_of_t = typename arch_of<P>::type;
+template <path P>
+inline constexpr bool compiled_v = P == path::scalar || !std::is_void_v<arch_of_t<P>>;
+
+/// One float, or a batch of them.
+template <path P>
+struct lanes {
+  using type = xsimd::batch<float, arch_of_t<P>>;
+};
+template <>
+struct lanes<path::scalar> {
+  using type = float;
+};
+template <path P>
+using lanes_t = typename lanes<P>::type;
+
+/// The path loops take now: XTPU_ISA (kernels::active_isa) capped by what was compiled in.
+/// Never throws: a setting the CPU cannot run (only a test can store one) falls back to what it can.
+inline path active_path() noexcept {
+  const isa i = static_cast<isa>(kernels::detail::isa_cell().load(std::memory_order_relaxed));
+  if (i == isa::scalar) return path::scalar;
+  if ((i == isa::avx512 || i == isa::avx512bf16) && compiled_v<path::avx512> && supported(isa::avx512)) return path::avx512;
+  if (compiled_v<path::avx2>) return path::avx2;
+  if (compiled_v<path::sse>) return path::sse;
+  return path::scalar;
+}
+
+/// Calls f(std::integral_constant<path, P>{}) for the active path.
+template <class F>
+decltype(auto) dispatch(F&& f) {
+  switch (active_path()) {
+    case path::avx512:
+      if constexpr (compiled_v<path::avx512>) return f(std::integral_constant<path, path::avx512>{});
+      [[fallthrough]];
+    case path::avx2:
+      if constexpr (compiled_v<path::avx2>) return f(std::integral_constant<path, path::avx2>{});
+      [[fallthrough]];
+    case path::sse:
+      if constexpr (compiled_v<path::sse>) return f(std::integral_constant<path, path::sse>{});
+      [[fallthrough]];
+    default:
+      return f(std::integral_constant<path, path::scalar>{});
+  }
+}
+
+// ---- the primitives, for a float and for a batch ---------------------------------------------
+
+template <class V>
+struct traits;
+template <>
+struct traits<float> {
+  using mask = bool;
+  using ints = std::int32_t;
+  static constexpr std::size_t size = 1;
+};
+template <class A>
+struct traits<xsimd::batch<float, A>> {
+  using mask = xsimd::batch_bool<float, A>;
+  using ints = xsimd::batch<std::int32_t, A>;
+  static constexpr std::size_t size = xsimd::batch<float, A>::size;
+};
+template <class V>
+using mask_t = typename traits<V>::mask;
+template <class V>
+using ints_t = typename traits<V>::ints;
+
+/// An opaque copy of v: the compiler cannot see through it, so it cannot contract the
+/// product that made v with an add that uses it (-ffp-contract=fast), nor fold constants
+/// across it. It emits no instruction.
+inline float barrier(float v) noexcept {
+#if XTPU_X86
+  asm("" : "+v"(v));
+#else
+  asm("" : "+w"(v));
+#endif
+  return v;
+}
+template <class A>
+inline xsimd::batch<float, A> barrier(xsimd::batch<float, A> v) noexcept {
+  auto r = static_cast<typename xsimd::batch<float, A>::register_type>(v);
+  asm("" : "+v"(r));
+  return xsimd::batch<float, A>(r);
+}
+
+/// a * b, rounded, never fused with what follows.
+template <class V>
+inline V mul(V a, V b) noexcept {
+  return barrier(a * b);
+}
+
+template <class V>
+inline ints_t<V> to_bits(V v) noexcept {
+  if constexpr (std::is_same_v<V, float>) return std::bit_cast<std::int32_t>(v);
+  else return xsimd::bitwise_cast<ints_t<V>>(v);
+}
+template <class V>
+inline V from_bits(ints_t<V> i) noexcept {
+  if constexpr (std::is_same_v<V, float>) return std::bit_cast<float>(i);
+  else return xsimd::bitwise_cast<V>(i);
+}
+/// m ? a : b, lane by lane.
+template <class V>
+inline V select(mask_t<V> m, V a, V b) noexcept {
+  if constexpr (std::is_same_v<V, float>) return m ? a : b;
+  else return xsimd::select(m, a, b);
+}
+template <class V>
+inline ints_t<V> select_ints(mask_t<V> m, ints_t<V> a, ints_t<V> b) noexcept {
+  if constexpr (std::is_same_v<V, float>) return m ? a : b;
+  else return to_bits(select(m, from_bits<V>(a), from_bits<V>(b)));  // a blend moves bits as they are
+}
+/// v truncated to an integer; NaN and values out of range give INT32_MIN (x86's rule,
+/// written out for the scalar lane: a C++ cast of those would be undefined).
+template <class V>
+inline ints_t<V> to_int_trunc(V v) noexcept {
+  if constexpr (std::is_same_v<V, float>) {
+#if XTPU_X86
+    return _mm_cvttss_si32(_mm_set_ss(v));
+#else
+    return v == v && v > -2147483904.0f && v < 2147483648.0f ? static_cast<std::int32_t>(v) : INT32_MIN;
+#endif
+  } else {
+    return xsimd::to_int(v);
+  }
+}
+template <class V>
+inline V to_float_of(ints_t<V> i) noexcept {
+  if constexpr (std::is_same_v<V, float>) return static_cast<float>(i);
+  else return xsimd::to_float(i);
+}
+/// v is NaN, lane by lane. (Not `v != v`: xsimd's != is the ordered compare, false for NaN.)
+template <class V>
+inline mask_t<V> is_nan(V v) noexcept {
+  if constexpr (std::is_same_v<V, float>) return !(v == v);
+  else return xsimd::isnan(v);
+}
+/// a != b as IEEE and C++ define it: true when either is NaN.
+template <class V>
+inline mask_t<V> not_equal(V a, V b) noexcept {
+  if constexpr (std::is_same_v<V, float>) return !(a == b);
+  else return ~(a == b);
+}
+/// |v| (clears the sign bit; NaN stays NaN).
+template <class V>
+inline V abs(V v) noexcept {
+  return from_bits<V>(to_bits(v) & ints_t<V>(0x7FFFFFFF));
+}
+/// The correctly rounded square root (IEEE: the same on every path).
+template <class V>
+inline V sqrt(V v) noexcept {
+  if constexpr (std::is_same_v<V, float>) {
+#if XTPU_X86
+    return _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(v)));
+#else
+    return __builtin_sqrtf(v);
+#endif
+  } else {
+    return xsimd::sqrt(v);
+  }
+}
+/// Rounds to an integral value, ties to even (|v| >= 2^22 is integral already and is
+/// returned as it is, as are infinities and NaN).
+template <class V>
+inline V round_even(V v) noexcept {
+  const V magic(12582912.0f);  // 1.5 * 2^23: adding it rounds away the fraction
+  const V r = barrier(barrier(v + magic) - magic);
+  return select(abs(v) < V(4194304.0f), r, v);
+}
+
+/// Lanes rounded to bf16 and widened back (the twin of dtype/bf16.hpp's bf16_round_bits, the
+/// one rounding rule: RNE on the bits, denormals rounded, NaN quieted with its sign; test_loops
+/// checks the two agree).
+template <class V>
+inline V round_bf16(V v) noexcept {
+  using I = ints_t<V>;
+  const I u = to_bits(v);
+  const I hi(static_cast<std::int32_t>(0xFFFF0000u));
+  I r;
+  if constexpr (std::is_same_v<V, float>) {  // unsigned: the add may pass INT32_MAX
+    const auto w = static_cast<std::uint32_t>(u);
+    r = static_cast<std::int32_t>((w + 0x7FFFu + ((w >> 16) & 1u)) & 0xFFFF0000u);
+  } else {
+    r = (u + I(0x7FFF) + ((u >> 16) & I(1))) & hi;  // lanes wrap; >> 16 & 1 reads one bit either way
+  }
+  const I quiet = (u | I(0x00400000)) & hi;
+  return from_bits<V>(select_ints<V>(is_nan(v), quiet, r));
+}
+
+/// n bf16 values (their bits) widened to lanes.
+template <class V>
+inline V load_bf16(const std::uint16_t* p) noexcept {
+  if constexpr (std::is_same_v<V, float>) {
+    return std::bit_cast<float>(std::uint32_t{*p} << 16);
+  } else {
+    alignas(64) std::int32_t w[traits<V>::size];
+    for (std::size_t l = 0; l < traits<V>::size; ++l) w[l] = static_cast<std::int32_t>(std::uint32_t{p[l]} << 16);
+    return from_bits<V>(ints_t<V>::load_aligned(w));
+  }
+}
+/// Lanes already rounded to bf16 (round_bf16) stored as bf16 bits.
+template <class V>
+inline void store_bf16(std::uint16_t* p, V v) noexcept {
+  if constexpr (std::is_same_v<V, float>) {
+    *p = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16);
+  } else {
+    alignas(64) std::int32_t w[traits<V>::size];
+    to_bits(v).store_aligned(w);
+    for (std::size_t l = 0; l < traits<V>::size; ++l) p[l] = static_cast<std::uint16_t>(static_cast<std::uint32_t>(w[l]) >> 16);
+  }
+}
+
+/// X is a batch_bool (comparison lanes).
+template <class X>
+inline constexpr bool is_mask_v = false;
+template <class A>
+inline constexpr bool is_mask_v<xsimd::batch_bool<float, A>> = true;
+
+/// The floating-point environment of xtpu's loops: round to nearest, no flush-to-zero, no
+/// denormals-are-zero (a process built with -ffast-math starts with both set), exceptions
+/// masked. Restored when the scope ends.
+class fp_env {
+ public:
+#if XTPU_X86
+  fp_env() noexcept : saved_(_mm_getcsr()), change_((saved_ & ~0x3Fu) != standard) {
+    if (change_) _mm_setcsr(standard);
+  }
+  ~fp_env() {
+    if (change_) _mm_setcsr(saved_);
+  }
+  static constexpr unsigned standard = 0x1F80u;  // the control bits; the low six are status flags
+#else
+  fp_env() noexcept = default;
+#endif
+  fp_env(const fp_env&) = delete;
+  fp_env& operator=(const fp_env&) = delete;
+
+ private:
+#if XTPU_X86
+  unsigned saved_;
+  bool change_;
+#endif
+};
+
+}  // namespace xtpu::kernels::simd

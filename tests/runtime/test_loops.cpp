@@ -1,0 +1,362 @@
+// Fused loops (eval/loop.hpp, eval/reduce.hpp) and the math of kernels/math.hpp: the same bits
+// on every lane width (XTPU_ISA) and thread count, whatever floating-point environment the
+// process runs in; the reduction order written in docs/numerics.md; each function within its
+// documented error of float64.
+#include "reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cfenv>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+using namespace xtpu_test;
+namespace math = xtpu::kernels::math;
+namespace simd = xtpu::kernels::simd;
+
+namespace {
+std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
+
+/// The error of got in units of the last place of the float64 value want (at its binade; 0
+/// when both are the same infinity or both NaN).
+double ulps(float got, double want) {
+  if (std::isnan(want)) return std::isnan(got) ? 0 : 1e30;
+  if (std::isinf(static_cast<float>(want))) return got == static_cast<float>(want) ? 0 : 1e30;
+  int e = 0;
+  std::frexp(std::fabs(want), &e);
+  return std::fabs(static_cast<double>(got) - want) / std::ldexp(1.0, std::max(e - 24, -149));
+}
+
+struct fn {
+  const char* name;
+  float (*f)(float);
+  double (*ref)(double);
+  double bound;  // ulps, docs/numerics.md
+};
+double gelu64(double x) { return std::isinf(x) && x < 0 ? -0.0 : 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
+double gelu_tanh64(double x) { return x / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+const fn functions[] = {
+    {"exp", [](float x) { return math::exp(x); }, [](double x) { return std::exp(x); }, 1},
+    {"log", [](float x) { return math::log(x); }, [](double x) { return std::log(x); }, 1},
+    {"tanh", [](float x) { return math::tanh(x); }, [](double x) { return std::tanh(x); }, 2},
+    {"sigmoid", [](float x) { return math::sigmoid(x); }, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, 3},
+    {"erf", [](float x) { return math::erf(x); }, [](double x) { return std::erf(x); }, 3},
+    {"erfc", [](float x) { return math::erfc(x); }, [](double x) { return std::erfc(x); }, 11},
+    {"gelu", [](float x) { return math::gelu(x); }, gelu64, 16},
+};
+
+/// Every float `stride` apart (and both signs of each), as x.
+template <class F>
+void sweep(std::uint64_t stride, F&& f) {
+  for (std::uint64_t u = 0; u < (std::uint64_t{1} << 32); u += stride) f(std::bit_cast<float>(static_cast<std::uint32_t>(u)));
+}
+
+/// Runs body at every ISA setting this CPU has and at 1, 2 and 3 threads; the first run's
+/// output is the reference every other must equal bit for bit.
+void every_path(const std::function<std::vector<float>()>& body) {
+  const xtpu::isa isa0 = xtpu::kernels::active_isa();
+  const int threads0 = xtpu::kernels::num_threads();
+  std::vector<float> first;
+  bool have = false;
+  for (xtpu::isa p : {xtpu::isa::scalar, xtpu::isa::avx2, xtpu::isa::avx512, xtpu::isa::avx512bf16}) {
+    if (!xtpu::kernels::supported(p)) continue;
+    for (int t : {1, 2, 3}) {
+      xtpu::kernels::set_isa(p);
+      xtpu::kernels::set_num_threads(t);
+      const auto got = body();
+      if (!have) {
+        first = got;
+        have = true;
+        continue;
+      }
+      ASSERT_EQ(got.size(), first.size());
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(bits(got[i]), bits(first[i]))
+            << "element " << i << " on " << xtpu::isa_name(p) << " at " << t << " threads: " << got[i] << " vs " << first[i];
+    }
+  }
+  xtpu::kernels::set_isa(isa0);
+  xtpu::kernels::set_num_threads(threads0);
+}
+
+template <class T, std::size_t... D>
+void append(std::vector<float>& out, const xtpu::tensor<T, D...>& t) {
+  const auto h = t.to_host();
+  for (std::size_t i = 0; i < h.size(); ++i) out.push_back(static_cast<float>(h.data()[i]));
+}
+}  // namespace
+
+TEST(Math, WithinTheDocumentedUlpsOfFloat64) {
+  for (const auto& f : functions) {
+    double worst = 0;
+    float at = 0;
+    sweep(65537, [&](float x) {
+      const double e = ulps(f.f(x), f.ref(static_cast<double>(x)));
+      if (e > worst) worst = e, at = x;
+    });
+    EXPECT_LE(worst, f.bound) << f.name << " at x = " << at;
+  }
+}
+
+TEST(Math, SpecialValues) {
+  const float inf = INFINITY, nan = NAN;
+  EXPECT_EQ(math::exp(-inf), 0.0f);
+  EXPECT_EQ(math::exp(inf), inf);
+  EXPECT_EQ(math::exp(88.8f), inf);
+  EXPECT_EQ(math::exp(0.0f), 1.0f);
+  EXPECT_GT(math::exp(-100.0f), 0.0f);  // a denormal, not flushed
+  EXPECT_TRUE(std::isnan(math::exp(nan)));
+  EXPECT_EQ(math::log(0.0f), -inf);
+  EXPECT_EQ(math::log(-0.0f), -inf);
+  EXPECT_TRUE(std::isnan(math::log(-1.0f)));
+  EXPECT_EQ(math::log(inf), inf);
+  EXPECT_EQ(math::log(1.0f), 0.0f);
+  EXPECT_NEAR(math::log(1e-45f), std::log(static_cast<double>(1e-45f)), 1e-5);  // the smallest denormal
+  EXPECT_EQ(math::tanh(inf), 1.0f);
+  EXPECT_EQ(math::tanh(-inf), -1.0f);
+  EXPECT_EQ(bits(math::tanh(-0.0f)), bits(-0.0f));
+  EXPECT_EQ(math::sigmoid(inf), 1.0f);
+  EXPECT_EQ(math::sigmoid(-inf), 0.0f);
+  EXPECT_EQ(math::erf(inf), 1.0f);
+  EXPECT_EQ(math::erf(-inf), -1.0f);
+  EXPECT_EQ(math::erfc(-inf), 2.0f);
+  EXPECT_EQ(math::erfc(inf), 0.0f);
+  EXPECT_EQ(math::gelu(inf), inf);
+  EXPECT_EQ(math::gelu(-inf), 0.0f);
+  for (auto f : {+[](float x) { return math::tanh(x); }, +[](float x) { return math::sigmoid(x); },
+                 +[](float x) { return math::erf(x); }, +[](float x) { return math::erfc(x); },
+                 +[](float x) { return math::gelu(x); }, +[](float x) { return math::gelu_tanh(x); }})
+    EXPECT_TRUE(std::isnan(f(nan)));
+}
+
+TEST(Math, GeluTanhIsTheTanhFormWithoutCancellation) {
+  double worst = 0;
+  for (float x = -8.0f; x <= 8.0f; x += 0.0078125f) worst = std::max(worst, ulps(math::gelu_tanh(x), gelu_tanh64(x)));
+  EXPECT_LE(worst, 64) << "|x| <= 8";
+}
+
+// A batch's lanes and the scalar function give the same bits (the loops' SIMD bodies and their
+// scalar tails): for every lane width this build compiled.
+template <simd::path P>
+void lanes_equal_scalar() {
+  if constexpr (simd::compiled_v<P> && P != simd::path::scalar) {
+    using V = simd::lanes_t<P>;
+    constexpr std::size_t W = simd::traits<V>::size;
+    auto check = [](const char* name, auto f) {
+      alignas(64) float in[W], out[W];
+      std::size_t k = 0, bad = 0;
+      sweep(1021, [&](float x) {
+        in[k++] = x;
+        if (k < W) return;
+        k = 0;
+        f(V::load_aligned(in)).store_aligned(out);
+        for (std::size_t l = 0; l < W; ++l) {
+          const float s = f(in[l]);
+          bad += bits(s) != bits(out[l]) && !(std::isnan(s) && std::isnan(out[l]));
+        }
+      });
+      EXPECT_EQ(bad, 0u) << name;
+    };
+    check("exp", [](auto x) { return math::exp(x); });
+    check("log", [](auto x) { return math::log(x); });
+    check("tanh", [](auto x) { return math::tanh(x); });
+    check("sigmoid", [](auto x) { return math::sigmoid(x); });
+    check("erf", [](auto x) { return math::erf(x); });
+    check("erfc", [](auto x) { return math::erfc(x); });
+    check("gelu", [](auto x) { return math::gelu(x); });
+    check("gelu_tanh", [](auto x) { return math::gelu_tanh(x); });
+    check("round_bf16", [](auto x) { return simd::round_bf16(x); });
+  }
+}
+TEST(Math, LanesEqualTheScalarFunction) {
+  lanes_equal_scalar<simd::path::sse>();
+  lanes_equal_scalar<simd::path::avx2>();
+  lanes_equal_scalar<simd::path::avx512>();
+}
+
+TEST(Math, LaneRoundingToBf16IsTheOneRule) {
+  std::size_t bad = 0;
+  auto check = [&](float x) {
+    const std::uint32_t want = std::uint32_t{xtpu::detail::bf16_round_bits(x)} << 16;
+    bad += bits(simd::round_bf16(x)) != want;
+  };
+  sweep(257, check);
+  for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-45f, -1e-40f, 3.4e38f, -3.4028235e38f}) check(x);
+  check(std::bit_cast<float>(0x7F800001u));  // a signalling NaN: quieted
+  check(std::bit_cast<float>(0x3F808000u));  // a tie: to even
+  check(std::bit_cast<float>(0x3F818000u));
+  EXPECT_EQ(bad, 0u);
+}
+
+// ---- loops: every path, every thread count, the same bits --------------------------------------
+
+TEST(Loops, ElementwiseChainsBroadcastsAndLayoutsGiveTheSameBitsEverywhere) {
+  auto x = device<float, 64, 1000>(values(64 * 1000, 1, 3.0f));
+  auto y = device<float, 64, 1000>(values(64 * 1000, 2, 3.0f));
+  auto row = device<float, 1000>(values(1000, 3));
+  auto col = device<float, 64, 1>(values(64, 4));
+  auto xb = device<xtpu::bf16, 64, 1000>(values(64 * 1000, 5, 3.0f));
+  auto big = device<float, 400, 512>(values(400 * 512, 6, 2.0f));  // past the loop grain: threads
+  every_path([&] {
+    std::vector<float> out;
+    xtpu::tensor<float, 64, 1000> chain = xtpu::maximum(x * y + row, 0.0f) * col;
+    xtpu::tensor<float, 64, 1000> fns = xtpu::exp(x) + xtpu::log(xtpu::abs(y) + 1e-3f) + xtpu::tanh(x) * xtpu::sigmoid(y) +
+                                        xtpu::gelu(x) - xtpu::sqrt(xtpu::abs(x)) + xtpu::rsqrt(xtpu::abs(y) + 1.0f);
+    xtpu::tensor<float, 64, 1000> sel = xtpu::where(x > y, x - row, -y) + xtpu::cast<float>(x <= col) +
+                                        xtpu::cast<float>(xtpu::cast<xtpu::bf16>(y));
+    xtpu::tensor<xtpu::bf16, 64, 1000> half = xb * 1.5f + xtpu::relu(xb);
+    xtpu::tensor<float, 1000, 64> tr = xtpu::transpose(x) * 2.0f;
+    xtpu::tensor<float, 64, 500> sl = xtpu::slice<1, 250, 750>(x) + xtpu::slice<1, 0, 500>(y);
+    xtpu::tensor<float, 64, 1010> pd = xtpu::pad<1, 4, 6>(x, 0.5);
+    xtpu::tensor<float, 64, 2000> ct = xtpu::concat<1>(x, y * 0.5f);
+    xtpu::tensor<float, 400, 512> threaded = xtpu::exp(-big * big) * big + 1.0f;
+    xtpu::mark_step();
+    for (const auto* t : {&chain, &fns, &sel}) append(out, *t);
+    append(out, half);
+    append(out, tr);
+    append(out, sl);
+    append(out, pd);
+    append(out, ct);
+    append(out, threaded);
+    return out;
+  });
+}
+
+TEST(Loops, ReductionsSoftmaxAndMultiOutputLoopsGiveTheSameBitsEverywhere) {
+  auto x = device<float, 64, 1000>(values(64 * 1000, 7, 4.0f));
+  auto b = device<xtpu::bf16, 30, 17>(values(30 * 17, 8, 4.0f));
+  auto huge = device<float, 300, 1000>(values(300 * 1000, 9));  // several reduction blocks
+  every_path([&] {
+    std::vector<float> out;
+    xtpu::tensor<float> s = xtpu::sum(x), hs = xtpu::sum(huge * 2.0f), mx = xtpu::max(x);
+    xtpu::tensor<float, 64> rows = xtpu::sum<1>(x), rmax = xtpu::max<1>(x - 1.0f), rmean = xtpu::mean<1>(x * x);
+    xtpu::tensor<float, 1000> cols = xtpu::sum<0>(x), cmean = xtpu::mean<0>(xtpu::exp(x * 0.1f));
+    xtpu::tensor<xtpu::bf16, 17> bcols = xtpu::sum<0>(b);
+    xtpu::tensor<xtpu::bf16, 30> brows = xtpu::max<1>(b);
+    xtpu::tensor<float, 64, 1000> sm = xtpu::softmax<1>(x), lsm = xtpu::log_softmax<1>(x);
+    xtpu::tensor<float, 64, 1000> sm0 = xtpu::softmax<0>(x);
+    // a multi-output loop (an AdamW-like update), over many blocks
+    xtpu::tensor<float, 64, 1000> m = x * 0.9f + 0.1f, v = x * x * 0.999f;
+    xtpu::tensor<float, 64, 1000> p = x - 0.01f * (m / (xtpu::sqrt(v) + 1e-8f));
+    xtpu::mark_step();
+    for (const auto* t : {&s, &hs, &mx}) append(out, *t);
+    for (const auto* t : {&rows, &rmax, &rmean}) append(out, *t);
+    append(out, cols);
+    append(out, cmean);
+    append(out, bcols);
+    append(out, brows);
+    for (const auto* t : {&sm, &lsm, &sm0, &m, &v, &p}) append(out, *t);
+    return out;
+  });
+}
+
+TEST(Loops, TheProcessFloatingPointEnvironmentChangesNothing) {
+  auto x = device<float, 8, 100>(values(800, 10, 30.0f));
+  auto run = [&] {
+    xtpu::tensor<float, 8, 100> y = xtpu::exp(x * 3.0f) * 1e-30f + xtpu::log(xtpu::abs(x)) / 3.0f;
+    xtpu::tensor<float, 8> r = xtpu::sum<1>(y * 1e-20f);
+    xtpu::mark_step();
+    std::vector<float> out;
+    append(out, y);
+    append(out, r);
+    return out;
+  };
+  const auto want = run();
+#if defined(__x86_64__)
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr((saved & ~0x6000u) | 0x8040u | 0x6000u);  // flush-to-zero, denormals-are-zero, round toward zero
+  const auto got = run();
+  _mm_setcsr(saved);
+#else
+  std::fesetround(FE_TOWARDZERO);
+  const auto got = run();
+  std::fesetround(FE_TONEAREST);
+#endif
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(bits(got[i]), bits(want[i])) << i;
+}
+
+// ---- the reduction order of docs/numerics.md, transcribed independently ------------------------
+
+namespace {
+/// 16 lanes (lane l: values l, l+16, ... from -0), folded l with l+8, +4, +2, +1.
+float tree16(const std::vector<float>& v, std::size_t first, std::size_t n) {
+  float lane[16];
+  for (float& l : lane) l = -0.0f;
+  for (std::size_t k = 0; k < n; ++k) lane[k % 16] += v[first + k];
+  for (std::size_t h = 8; h >= 1; h /= 2)
+    for (std::size_t l = 0; l < h; ++l) lane[l] += lane[l + h];
+  return lane[0];
+}
+float canonical_sum(const std::vector<float>& v) {
+  float total = -0.0f;
+  for (std::size_t b = 0; b < v.size(); b += 16384) total += tree16(v, b, std::min<std::size_t>(16384, v.size() - b));
+  return total;
+}
+}  // namespace
+
+TEST(Reductions, FollowTheDocumentedOrder) {
+  // values of very different sizes, so that another order gives other bits
+  std::vector<float> v(70000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = values(1, static_cast<unsigned>(i))[0] * std::ldexp(1.0f, static_cast<int>(i % 23));
+  auto x = xtpu::from_host<float, 70000>(v);
+  auto m = xtpu::from_host<float, 100, 700>(v);
+  xtpu::tensor<float> all = xtpu::sum(x);
+  xtpu::tensor<float, 100> rows = xtpu::sum<1>(m);
+  xtpu::tensor<float, 700> cols = xtpu::sum<0>(m);
+  xtpu::mark_step();
+  EXPECT_EQ(bits(all.item()), bits(canonical_sum(v)));
+  const auto hr = rows.to_host();
+  const auto hc = cols.to_host();
+  for (std::size_t r = 0; r < 100; ++r) {
+    std::vector<float> row(v.begin() + static_cast<std::ptrdiff_t>(r * 700), v.begin() + static_cast<std::ptrdiff_t>(r * 700 + 700));
+    ASSERT_EQ(bits(hr(r)), bits(canonical_sum(row))) << r;
+  }
+  for (std::size_t c = 0; c < 700; ++c) {
+    float acc = -0.0f;  // another axis: in index order
+    for (std::size_t r = 0; r < 100; ++r) acc += v[r * 700 + c];
+    ASSERT_EQ(bits(hc(c)), bits(acc)) << c;
+  }
+}
+
+TEST(Reductions, SumOfMillionsIsCloseToFloat64) {
+  constexpr std::size_t n = 1 << 21;
+  const auto v = values(n, 11);
+  auto x = xtpu::from_host<float, n>(v);
+  const double want = [&] {
+    double s = 0;
+    for (float e : v) s += e;
+    return s;
+  }();
+  const float got = xtpu::sum(x).item();
+  double mag = 0;
+  for (float e : v) mag += std::fabs(e);
+  EXPECT_NEAR(got, want, 1e-6 * mag);
+}
+
+TEST(Reductions, SoftmaxAndLogSoftmaxAgainstFloat64) {
+  const auto v = values(32 * 100, 12, 20.0f);
+  auto x = device<float, 32, 100>(v);
+  xtpu::tensor<float, 32, 100> s = xtpu::softmax<1>(x), l = xtpu::log_softmax<1>(x);
+  const auto hs = host(s), hl = host(l);
+  for (std::size_t r = 0; r < 32; ++r) {
+    double mx = -1e300, z = 0;
+    // x - max is rounded to f32 first (as PyTorch's float kernels round it): the error that
+    // rounding carries into exp is the input's, not the function's
+    const auto d = [&](std::size_t c) { return double(v[r * 100 + c] - static_cast<float>(mx)); };
+    for (std::size_t c = 0; c < 100; ++c) mx = std::max(mx, double(v[r * 100 + c]));
+    for (std::size_t c = 0; c < 100; ++c) z += std::exp(d(c));
+    for (std::size_t c = 0; c < 100; ++c) {
+      const double want = std::exp(d(c)) / z;
+      EXPECT_NEAR(hs[r * 100 + c], want, 4e-7 * want + 1e-30) << r << "," << c;
+      EXPECT_NEAR(hl[r * 100 + c], std::log(want), 2e-6 * (1 + std::fabs(std::log(want)))) << r << "," << c;
+    }
+  }
+}
