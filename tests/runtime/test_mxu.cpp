@@ -244,3 +244,58 @@ TEST(Mxu, BatchesOnSeparateThreadsGiveTheSameBits) {
   }
   xtpu::kernels::set_num_threads(threads);
 }
+
+#if defined(__x86_64__)
+TEST(Mxu, EightLaneConversionIsTheScalarRule) {
+  if (!xtpu::kernels::supported(isa::avx2)) GTEST_SKIP() << "no AVX2";
+  // every 9973rd bit pattern and the edges of each class (denormal, RNE ties, inf, NaN, overflow)
+  std::vector<std::uint32_t> u;
+  for (std::uint64_t x = 0; x < (std::uint64_t{1} << 32); x += 9973) u.push_back(static_cast<std::uint32_t>(x));
+  for (std::uint32_t e : {0x00000001u, 0x007FFFFFu, 0x00800000u, 0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x7F7FFFFFu,
+                          0x7F800000u, 0x7F800001u, 0x7FC00000u, 0xFF800001u, 0x80000001u, 0x80800000u})
+    u.push_back(e);
+  while (u.size() % 8) u.push_back(0);
+  std::vector<float> got(u.size());
+  xtpu::mxu::detail::convert_run_avx2(u.data(), false, u.size(), false, got.data());
+  for (std::size_t i = 0; i < u.size(); ++i)
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), xtpu::mxu::detail::mxu_bits(u[i])) << std::hex << u[i];
+}
+#endif
+
+TEST(Mxu, TransposedOperandsSmallRowsAndCachedPackingOnEveryPath) {
+  std::mt19937 rng(99);
+  auto& cache = xtpu::mxu::detail::packed_cache::instance();
+  cache.clear();
+  std::uint64_t version = 1000;
+  for (int trial = 0; trial < 36; ++trial) {
+    const std::size_t M = trial < 14 ? 1 + trial % 7 : 1 + rng() % 40;  // fewer rows than a tile first
+    const std::size_t N = trial % 3 == 0 ? 10 : 1 + rng() % 70, K = trial % 5 == 0 ? 1 + rng() % 9 : 1 + rng() % 300;
+    const auto a = random_matrix(M * K, rng, trial % 3 == 0), b = random_matrix(K * N, rng, trial % 4 == 0);
+    std::vector<float> at(K * M), bt(N * K);  // stored transposed
+    for (std::size_t m = 0; m < M; ++m)
+      for (std::size_t k = 0; k < K; ++k) at[k * M + m] = a[m * K + k];
+    for (std::size_t k = 0; k < K; ++k)
+      for (std::size_t n = 0; n < N; ++n) bt[n * K + k] = b[k * N + n];
+    const auto want = reference(a, b, M, N, K);
+    const std::string shape = " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
+    for (isa p : paths())
+      for (int threads : {1, 2}) {
+        const std::string what = std::string(xtpu::isa_name(p)) + " threads " + std::to_string(threads) + shape;
+        std::vector<float> c(M * N, -7.0f);
+        xtpu::mxu::pass({at.data(), false, 1, M}, {b.data(), false, N, 1}, c.data(), N, M, N, K, p, threads);
+        expect_bits(c, want, "A transposed, " + what);
+        xtpu::mxu::pass({a.data(), false, K, 1}, {bt.data(), false, 1, K}, c.data(), N, M, N, K, p, threads);
+        expect_bits(c, want, "B transposed, " + what);
+        ++version;  // the same values three times: seen, packed, reused
+        for (int call = 0; call < 3; ++call) {
+          std::fill(c.begin(), c.end(), -7.0f);
+          const bool tb = call == 1 && trial % 2;
+          xtpu::mxu::pass({a.data(), false, K, 1}, tb ? xtpu::mxu::matrix_view{bt.data(), false, 1, K} : xtpu::mxu::matrix_view{b.data(), false, N, 1},
+                          c.data(), N, M, N, K, p, threads, nullptr, tb ? version + 1000000 : version);
+          expect_bits(c, want, "cached B, call " + std::to_string(call) + ", " + what);
+        }
+      }
+  }
+  EXPECT_GT(cache.hits(), 0u);
+  cache.clear();
+}

@@ -347,15 +347,17 @@ class device_buffer {
  public:
   device_buffer() noexcept = default;
   device_buffer(chip& c, std::size_t bytes, std::string_view what)
-      : chip_(&c), data_(c.allocate(bytes, what)), bytes_(bytes) {}
+      : chip_(&c), data_(c.allocate(bytes, what)), bytes_(bytes), version_(next_version()) {}
   device_buffer(device_buffer&& o) noexcept
-      : chip_(o.chip_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+      : chip_(o.chip_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)),
+        version_(std::exchange(o.version_, 0)) {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
       reset();
       chip_ = o.chip_;
       data_ = std::exchange(o.data_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
+      version_ = std::exchange(o.version_, 0);
     }
     return *this;
   }
@@ -365,6 +367,11 @@ class device_buffer {
 
   void* data() const noexcept { return data_; }
   std::size_t bytes() const noexcept { return bytes_; }
+  /// Identifies the values: unique in the process, new for every allocation and every write
+  /// in place (touch()). Caches of derived data (the MXU's packed operands) key on it.
+  std::uint64_t version() const noexcept { return version_; }
+  /// The values are about to change in place.
+  void touch() noexcept { version_ = next_version(); }
   explicit operator bool() const noexcept { return data_ != nullptr; }
 
  private:
@@ -374,9 +381,14 @@ class device_buffer {
       data_ = nullptr;
     }
   }
+  static std::uint64_t next_version() noexcept {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
   chip* chip_ = nullptr;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  std::uint64_t version_ = 0;
 };
 
 }  // namespace detail

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <tuple>
 #include <utility>
 
@@ -29,6 +30,7 @@ struct bound {
   const void* const* leaves;
   const double* scalars;
   const void* const* temps;
+  const std::uint64_t* versions;  // per leaf: its buffer's version (device_buffer::version)
 };
 
 /// The first leaf, scalar and temp slot of a subtree.

@@ -2,7 +2,8 @@
 // the precision levels, the output rounding.
 //
 // Provides: detail::evaluator<matmul_node<Prec, L, R>>::compute<S>. Per batch, an operand that
-// is a tensor (or a tensor transposed) is read in place through strides; any other
+// is a tensor (or a tensor transposed) is read in place through strides (a right operand
+// with its buffer's version, so that the MXU may reuse its packing); any other
 // expression is evaluated once into an f32 buffer first. DEFAULT runs one mxu::pass (with the
 // tile epilogue, if any); HIGH and HIGHEST run mxu::multi_pass (kernels/matmul.hpp). Batches
 // broadcast as elementwise operands do. A bf16 result is rounded once, at the end.
@@ -10,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -76,6 +78,11 @@ struct operand_source {
       return {values.data() + batch * rows * cols, false, cols, 1};
     }
   }
+  /// What identifies the operand's values (its tensor's buffer version), 0 for an expression.
+  std::uint64_t version(const bound& b) const {
+    if constexpr (is_leaf_v<Node> || is_transposed_leaf_v<Node>) return b.versions ? b.versions[S.leaf] : 0;
+    else return 0;
+  }
 };
 
 }  // namespace xtpu::detail
@@ -121,7 +128,7 @@ void evaluator<matmul_node<Prec, L, R>>::compute(const bound& b, value_type* out
                                     e->fn(e->ctx, e->offset, r0, c0, rows, cols);
                                   },
                                   &bc};
-      mxu::pass(av, bv, c, N, M, N, K, path, threads, ep ? &tile_ep : nullptr);
+      mxu::pass(av, bv, c, N, M, N, K, path, threads, ep ? &tile_ep : nullptr, rhs.version(b));
     } else {
       a.resize(M * K);
       w.resize(K * N);

@@ -23,7 +23,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <array>
 #include <vector>
 
 #include "xtpu/dtype/bf16.hpp"
@@ -146,7 +150,79 @@ __attribute__((target("avx512f"))) inline void convert_run_avx512(const void* sr
     dst[i] = std::bit_cast<float>(mxu_bits(u));
   }
 }
+
+/// 8 source values -> the MXU's f32 values (mxu_bits, 8 lanes; test_mxu checks it bit for bit).
+__attribute__((target("avx2"))) inline __m256i mxu_bits8(__m256i u) noexcept {
+  const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), hi);  // RNE
+  r = _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), hi),
+                         _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7F800000)));  // NaN: quiet
+  return _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32(static_cast<int>(0x80000000u))),
+                            _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), mag));  // denormal: signed zero
+}
+/// n contiguous values from src (f32 or bf16) -> dst, converted; swap: in pair order.
+__attribute__((target("avx2"))) inline void convert_run_avx2(const void* src, bool bf16, std::size_t n, bool swap,
+                                                            float* dst) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u =
+        bf16 ? _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(src) + i))), 16)
+             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const float*>(src) + i));
+    __m256 v = _mm256_castsi256_ps(mxu_bits8(u));
+    if (swap) v = _mm256_permute_ps(v, 0xB1);  // 1,0,3,2,...
+    _mm256_storeu_ps(dst + i, v);
+  }
+  for (; i < n; ++i) {
+    const std::size_t j = swap ? pair_order(i, n) : i;
+    const std::uint32_t u = bf16 ? std::uint32_t{static_cast<const std::uint16_t*>(src)[j]} << 16
+                                 : std::bit_cast<std::uint32_t>(static_cast<const float*>(src)[j]);
+    dst[i] = std::bit_cast<float>(mxu_bits(u));
+  }
+}
+
+/// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (8 x 8 blocks in registers).
+__attribute__((target("avx2"))) inline void transpose_avx2(const float* src, std::size_t lds, std::size_t rows,
+                                                          std::size_t cols, float* dst, std::size_t ldd) noexcept {
+  std::size_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8) {
+    std::size_t c0 = 0;
+    for (; c0 + 8 <= cols; c0 += 8) {
+      __m256 x[8], y[8];
+      for (int k = 0; k < 8; ++k) x[k] = _mm256_loadu_ps(src + (r0 + k) * lds + c0);
+      for (int k = 0; k < 8; k += 2) {
+        y[k] = _mm256_unpacklo_ps(x[k], x[k + 1]);
+        y[k + 1] = _mm256_unpackhi_ps(x[k], x[k + 1]);
+      }
+      for (int k = 0; k < 8; k += 4) {
+        x[k] = _mm256_shuffle_ps(y[k], y[k + 2], 0x44);
+        x[k + 1] = _mm256_shuffle_ps(y[k], y[k + 2], 0xEE);
+        x[k + 2] = _mm256_shuffle_ps(y[k + 1], y[k + 3], 0x44);
+        x[k + 3] = _mm256_shuffle_ps(y[k + 1], y[k + 3], 0xEE);
+      }
+      for (int k = 0; k < 4; ++k) {  // x[k]: column k of rows 0-3 | column k + 4 of rows 0-3; x[k + 4]: rows 4-7
+        _mm256_storeu_ps(dst + (c0 + k) * ldd + r0, _mm256_permute2f128_ps(x[k], x[k + 4], 0x20));
+        _mm256_storeu_ps(dst + (c0 + k + 4) * ldd + r0, _mm256_permute2f128_ps(x[k], x[k + 4], 0x31));
+      }
+    }
+    for (; c0 < cols; ++c0)
+      for (std::size_t r = r0; r < r0 + 8; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
+  }
+  for (; r0 < rows; ++r0)
+    for (std::size_t c = 0; c < cols; ++c) dst[c * ldd + r0] = src[r0 * lds + c];
+}
 #endif
+
+/// dst[c * ldd + r] = src[r * lds + c]: the one transpose packing uses.
+inline void transpose(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* dst,
+                      std::size_t ldd) noexcept {
+#if XTPU_X86
+  if (kernels::supported(isa::avx2)) return transpose_avx2(src, lds, rows, cols, dst, ldd);
+#endif
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
 
 /// n operand values starting at element `base`, `step` apart -> dst as the MXU sees them;
 /// swap: stored in pair order (dst[t] holds element pair_order(t, n)).
@@ -157,6 +233,11 @@ inline void convert_run(const matrix_view& v, std::size_t base, std::size_t step
     const void* src = v.bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(v.data) + base)
                              : static_cast<const void*>(static_cast<const float*>(v.data) + base);
     return convert_run_avx512(src, v.bf16, n, swap, dst);
+  }
+  if (step == 1 && kernels::supported(isa::avx2)) {
+    const void* src = v.bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(v.data) + base)
+                             : static_cast<const void*>(static_cast<const float*>(v.data) + base);
+    return convert_run_avx2(src, v.bf16, n, swap, dst);
   }
 #endif
   for (std::size_t t = 0; t < n; ++t) {
@@ -185,6 +266,16 @@ inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::si
                    bool pairs, float* out) noexcept {
   thread_local std::vector<float> line, odd;
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
+  if (!pairs && a.rs == 1 && a.cs != 1) {
+    // a transposed tensor: A's columns are contiguous. The panels of mr rows one after the other
+    // are one row-major (rows, kc) matrix: convert each column (k in pair order), then transpose.
+    const std::size_t rows = (mc + mr - 1) / mr * mr;
+    line.resize(kc * mc);
+    for (std::size_t t = 0; t < kc; ++t) convert_run(a, i0 + (p0 + pair_order(t, kc)) * a.cs, 1, mc, false, line.data() + t * mc);
+    transpose(line.data(), mc, kc, mc, out, kc);
+    std::fill(out + mc * kc, out + rows * kc, 0.0f);
+    return;
+  }
   line.resize(kc + 1);
   odd.resize(slots);
   for (std::size_t ip = 0; ip < mc; ip += mr) {
@@ -231,7 +322,13 @@ inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::si
         }
         std::fill(dst + cols, dst + nr, 0.0f);
       }
-    } else {  // columns are contiguous (a transposed tensor): convert columns, scatter
+    } else if (!pairs && b.rs == 1) {  // columns are contiguous (a transposed tensor): convert, transpose
+      line.resize(nr * kc);
+      for (std::size_t c = 0; c < cols; ++c)
+        convert_run(b, p0 + (j0 + jp + c) * b.cs, 1, kc, /*swap*/ true, line.data() + c * kc);
+      transpose(line.data(), kc, cols, kc, panel, nr);
+      for (std::size_t t = 0; t < kc; ++t) std::fill(panel + t * nr + cols, panel + t * nr + nr, 0.0f);
+    } else {  // other strides, or bf16 pairs: convert columns, scatter
       line.resize(kc + 1);
       for (std::size_t c = 0; c < nr; ++c) {
         if (c >= cols) {
@@ -304,6 +401,65 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2(std::size_t kc, const
   _mm256_storeu_ps(c + 3 * ldc, c30), _mm256_storeu_ps(c + 3 * ldc + 8, c31);
   _mm256_storeu_ps(c + 4 * ldc, c40), _mm256_storeu_ps(c + 4 * ldc + 8, c41);
   _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
+}
+
+/// R rows (fewer than a tile's 6: a batch-1 forward) x P panels of 16 columns (panel p at
+/// b + p * bstride): the same fma per element in the same k order as micro_avx2, with P
+/// independent accumulator chains per row so that one row does not wait on FMA latency.
+template <int R, int P>
+__attribute__((target("avx2,fma"))) inline void micro_avx2_small(std::size_t kc, const float* a, const float* b,
+                                                                std::size_t bstride, float* c, std::size_t ldc,
+                                                                bool first) noexcept {
+  __m256 acc[R][P][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < P; ++q)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) acc[r][q][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + q * 16 + h * 8);
+  for (std::size_t t = 0; t < kc; ++t) {
+#pragma GCC unroll 8
+    for (int q = 0; q < P; ++q) {
+      const __m256 b0 = _mm256_loadu_ps(b + q * bstride + t * 16), b1 = _mm256_loadu_ps(b + q * bstride + t * 16 + 8);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 x = _mm256_broadcast_ss(a + r * kc + t);
+        acc[r][q][0] = _mm256_fmadd_ps(x, b0, acc[r][q][0]);
+        acc[r][q][1] = _mm256_fmadd_ps(x, b1, acc[r][q][1]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < P; ++q)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(c + r * ldc + q * 16 + h * 8, acc[r][q][h]);
+}
+
+/// Panels per call of micro_avx2_small<R, P>: 12 accumulators or fewer.
+constexpr int small_panels(int rows) noexcept { return rows == 1 ? 6 : rows == 2 ? 3 : rows == 3 ? 2 : 1; }
+
+template <int R>
+inline void small_rows_avx2_r(std::size_t kc, const float* a, const float* b, std::size_t full_panels, float* c,
+                              std::size_t ldc, bool first) noexcept {
+  constexpr int P = small_panels(R);
+  const std::size_t bstride = 16 * kc;
+  std::size_t q = 0;
+  for (; q + P <= full_panels; q += P) micro_avx2_small<R, P>(kc, a, b + q * bstride, bstride, c + q * 16, ldc, first);
+  for (; q < full_panels; ++q) micro_avx2_small<R, 1>(kc, a, b + q * bstride, bstride, c + q * 16, ldc, first);
+}
+
+/// rows (1..5) rows of C x full_panels panels of 16 columns, from packed A (rows of kc) and B.
+inline void small_rows_avx2(std::size_t rows, std::size_t kc, const float* a, const float* b, std::size_t full_panels,
+                            float* c, std::size_t ldc, bool first) noexcept {
+  switch (rows) {
+    case 1: return small_rows_avx2_r<1>(kc, a, b, full_panels, c, ldc, first);
+    case 2: return small_rows_avx2_r<2>(kc, a, b, full_panels, c, ldc, first);
+    case 3: return small_rows_avx2_r<3>(kc, a, b, full_panels, c, ldc, first);
+    case 4: return small_rows_avx2_r<4>(kc, a, b, full_panels, c, ldc, first);
+    default: return small_rows_avx2_r<5>(kc, a, b, full_panels, c, ldc, first);
+  }
 }
 
 // The 12 x 32 accumulator tile of both AVX-512 kernels: c<row><half>, zeroed or loaded from
@@ -426,17 +582,47 @@ inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, c
     for (std::size_t i = 0; i < mr; ++i) std::memcpy(c + i * ldc, local + i * bk.nr, nr * sizeof(float));
 }
 
-/// One thread's share: rows [m0, m1) x cols [n0, n1) of C, all of K, in k order.
-inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc,
-                        std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K,
-                        const epilogue* ep) {
+/// The blocking of a pass of N columns on `path` (a narrow output takes the 12 x 16 kernel).
+inline blocking blocking_of(isa path, std::size_t N) noexcept {
   blocking bk = blocking_for(path);
-  if (path == isa::avx512 && n1 - n0 <= 16) bk.nr = 16;  // narrow outputs: the 12 x 16 kernel
+  if (path == isa::avx512 && N <= 16) bk.nr = 16;
+  return bk;
+}
+
+/// B (K, N) packed whole, as pass_region reads it: k block q (bk.kc values of k) is
+/// panels(N) panels of [slots][nr], at q * block_floats.
+struct packed_layout {
+  std::size_t panels, block_floats, total;
+  packed_layout(const blocking& bk, bool pairs, std::size_t K, std::size_t N) noexcept
+      : panels((N + bk.nr - 1) / bk.nr),
+        block_floats(panels * bk.nr * (pairs ? (bk.kc + 1) / 2 : bk.kc)),
+        total(0) {
+    for (std::size_t pc = 0; pc < K; pc += bk.kc) {
+      const std::size_t kc = std::min(bk.kc, K - pc);
+      total = (pc / bk.kc) * block_floats + panels * bk.nr * (pairs ? (kc + 1) / 2 : kc);
+    }
+  }
+};
+
+inline void pack_b_whole(isa path, const matrix_view& b, std::size_t K, std::size_t N, float* out) noexcept {
+  const blocking bk = blocking_of(path, N);
+  const bool pairs = path == isa::avx512bf16;
+  const packed_layout l(bk, pairs, K, N);
+  for (std::size_t pc = 0; pc < K; pc += bk.kc) pack_b(b, pc, std::min(bk.kc, K - pc), 0, N, bk.nr, pairs, out + (pc / bk.kc) * l.block_floats);
+}
+
+/// One thread's share: rows [m0, m1) x cols [n0, n1) of C (N columns in all), all of K, in k
+/// order. packed: B packed whole by pack_b_whole (a cached operand), else packed here.
+inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc,
+                        std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, std::size_t N,
+                        const epilogue* ep, const float* packed) {
+  const blocking bk = blocking_of(path, N);
   const bool pairs = path == isa::avx512bf16;
   thread_local std::vector<float> abuf, bbuf;  // 4-byte slots: f32 values or bf16 pairs
   const std::size_t kc_max = std::min(bk.kc, K + (K & 1));
   abuf.resize(((bk.mc + bk.mr - 1) / bk.mr) * bk.mr * kc_max);
-  bbuf.resize(((std::min(bk.nc, n1 - n0) + bk.nr - 1) / bk.nr) * bk.nr * kc_max);
+  if (!packed) bbuf.resize(((std::min(bk.nc, n1 - n0) + bk.nr - 1) / bk.nr) * bk.nr * kc_max);
+  const std::size_t block_floats = packed ? packed_layout(bk, pairs, K, N).block_floats : 0;
 #if XTPU_X86
   std::optional<flush_denormals> ftz_daz;
   if (path != isa::scalar) ftz_daz.emplace();
@@ -446,17 +632,36 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
     for (std::size_t pc = 0; pc < K; pc += bk.kc) {
       const std::size_t kc = std::min(bk.kc, K - pc);
       const std::size_t slots = pairs ? (kc + 1) / 2 : kc;  // 4-byte slots per row/col of a panel
-      pack_b(b, pc, kc, jc, nc, bk.nr, pairs, bbuf.data());
+      const float* bblock;  // the panels of columns [jc, jc + nc)
+      if (packed) {
+        bblock = packed + (pc / bk.kc) * block_floats + (jc / bk.nr) * bk.nr * slots;
+      } else {
+        pack_b(b, pc, kc, jc, nc, bk.nr, pairs, bbuf.data());
+        bblock = bbuf.data();
+      }
+      const bool last = pc + kc == K;
       for (std::size_t ic = m0; ic < m1; ic += bk.mc) {
         const std::size_t mc = std::min(bk.mc, m1 - ic);
         pack_a(a, ic, mc, pc, kc, bk.mr, pairs, abuf.data());
+#if XTPU_X86
+        if (path == isa::avx2 && mc < bk.mr) {  // fewer rows than a tile (batch-1 inference): all panels at once
+          const std::size_t full = nc / bk.nr;
+          small_rows_avx2(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
+          if (nc % bk.nr)
+            tile(path, bk, kc, abuf.data(), bblock + full * bk.nr * slots, c + ic * ldc + jc + full * bk.nr, ldc, mc,
+                 nc % bk.nr, pc == 0);
+          if (ep && last)
+            for (std::size_t jr = 0; jr < nc; jr += bk.nr) ep->fn(ep->ctx, ic, jc + jr, mc, std::min(bk.nr, nc - jr));
+          continue;
+        }
+#endif
         for (std::size_t jr = 0; jr < nc; jr += bk.nr) {
-          const float* bp = bbuf.data() + (jr / bk.nr) * bk.nr * slots;
+          const float* bp = bblock + (jr / bk.nr) * bk.nr * slots;
           for (std::size_t ir = 0; ir < mc; ir += bk.mr) {
             const float* ap = abuf.data() + (ir / bk.mr) * bk.mr * slots;
             tile(path, bk, kc, ap, bp, c + (ic + ir) * ldc + jc + jr, ldc, std::min(bk.mr, mc - ir),
                  std::min(bk.nr, nc - jr), pc == 0);
-            if (ep && pc + kc == K) ep->fn(ep->ctx, ic + ir, jc + jr, std::min(bk.mr, mc - ir), std::min(bk.nr, nc - jr));
+            if (ep && last) ep->fn(ep->ctx, ic + ir, jc + jr, std::min(bk.mr, mc - ir), std::min(bk.nr, nc - jr));
           }
         }
       }
@@ -464,13 +669,87 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
   }
 }
 
+/// Packed B operands kept between calls, keyed by what the caller says identifies the
+/// values (the tensor's storage version: a new version for every write) and how they are
+/// read. A key is packed on its second use (a weight read again unchanged: inference, frozen
+/// layers, a teacher), never on its first (a training step's weights change every step).
+/// Bounded: least recently used entries go first beyond `limit_bytes`.
+class packed_cache {
+ public:
+  struct key {
+    const void* data;
+    std::uint64_t version;
+    std::size_t rs, cs, K, N;
+    bool bf16;
+    isa path;
+    bool operator==(const key&) const = default;
+  };
+  static packed_cache& instance() {
+    static packed_cache c;
+    return c;
+  }
+  /// The packed operand for k, or null (first sight: the caller packs as it goes).
+  std::shared_ptr<const std::vector<float>> get(const key& k, const matrix_view& b) {
+    {
+      std::lock_guard lock(m_);
+      for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->k == k) {
+          entries_.splice(entries_.begin(), entries_, it);
+          ++hits_;
+          return it->data;
+        }
+      const auto s = std::find(seen_.begin(), seen_.end(), k);
+      if (s == seen_.end()) {
+        seen_[next_seen_++ % seen_.size()] = k;
+        return nullptr;
+      }
+      *s = key{};
+    }
+    const blocking bk = blocking_of(k.path, k.N);
+    auto packed = std::make_shared<std::vector<float>>(packed_layout(bk, k.path == isa::avx512bf16, k.K, k.N).total);
+    pack_b_whole(k.path, b, k.K, k.N, packed->data());
+    std::lock_guard lock(m_);
+    bytes_ += packed->size() * sizeof(float);
+    entries_.push_front({k, packed});
+    while (bytes_ > limit_bytes && entries_.size() > 1) {
+      bytes_ -= entries_.back().data->size() * sizeof(float);
+      entries_.pop_back();
+    }
+    return packed;
+  }
+  /// Drops every entry (tests; a caller that reuses an address with an old version number).
+  void clear() {
+    std::lock_guard lock(m_);
+    entries_.clear();
+    seen_.fill(key{});
+    bytes_ = 0;
+  }
+  std::size_t hits() const {
+    std::lock_guard lock(m_);
+    return hits_;
+  }
+  static constexpr std::size_t limit_bytes = std::size_t{512} << 20;
+
+ private:
+  struct entry {
+    key k;
+    std::shared_ptr<const std::vector<float>> data;
+  };
+  mutable std::mutex m_;
+  std::list<entry> entries_;
+  std::array<key, 64> seen_{};
+  std::size_t next_seen_ = 0, bytes_ = 0, hits_ = 0;
+};
+
 }  // namespace detail
 
 /// c (M, N) f32 with row stride ldc = a (M, K) x b (K, N): one bf16 pass, DESIGN.md §4,
 /// on `path` with up to `threads` threads. The bits do not depend on either. `ep`, if given,
 /// runs on every finished tile (by the thread that computed it).
+/// b_version: nonzero when b's values are identified by (b.data, b_version) — a tensor's
+/// storage version — so its packing may be cached (detail::packed_cache).
 inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M, std::size_t N,
-                 std::size_t K, isa path, int threads, const epilogue* ep = nullptr) {
+                 std::size_t K, isa path, int threads, const epilogue* ep = nullptr, std::uint64_t b_version = 0) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     for (std::size_t i = 0; i < M; ++i) std::fill_n(c + i * ldc, N, 0.0f);
@@ -484,13 +763,17 @@ inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size
   const bool split_n = N / bk.nr >= M / bk.mr;
   const std::size_t units = split_n ? (N + bk.nr - 1) / bk.nr : (M + bk.mr - 1) / bk.mr;
   t = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(t, 1)), units));
+  std::shared_ptr<const std::vector<float>> packed;
+  if (b_version != 0)
+    packed = detail::packed_cache::instance().get({b.data, b_version, b.rs, b.cs, K, N, b.bf16, path}, b);
+  const float* pb = packed ? packed->data() : nullptr;
   kernels::detail::thread_pool::instance().run(t, [&](int i) {
     const std::size_t u0 = units * static_cast<std::size_t>(i) / static_cast<std::size_t>(t),
                       u1 = units * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(t);
     if (split_n)
-      detail::pass_region(path, a, b, c, ldc, 0, M, u0 * bk.nr, std::min(N, u1 * bk.nr), K, ep);
+      detail::pass_region(path, a, b, c, ldc, 0, M, u0 * bk.nr, std::min(N, u1 * bk.nr), K, N, ep, pb);
     else
-      detail::pass_region(path, a, b, c, ldc, u0 * bk.mr, std::min(M, u1 * bk.mr), 0, N, K, ep);
+      detail::pass_region(path, a, b, c, ldc, u0 * bk.mr, std::min(M, u1 * bk.mr), 0, N, K, N, ep, pb);
   });
 }
 

@@ -373,6 +373,7 @@ class step {
     buffers.clear();
     // 2. run, statement by statement (a multi-output loop: its statements block by block)
     leaf_ptrs_.resize(p.leaf_slots);
+    leaf_versions_.resize(p.leaf_slots);
     temp_ptrs_.resize(p.temps.size());
     bounds_.resize(p.stmts.size());
     for (std::size_t i = 0; i < p.stmts.size(); ++i) {
@@ -416,9 +417,13 @@ class step {
   void bind(const plan& p, std::size_t i) {
     const auto& sp = p.stmts[i];
     const statement& st = stmts_[sp.stmt];
-    for (std::uint32_t l = 0; l < st.n_leaves; ++l) leaf_ptrs_[sp.leaf_slot + l] = leaves_[st.leaf_begin + l]->buffer.data();
+    for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
+      leaf_ptrs_[sp.leaf_slot + l] = leaves_[st.leaf_begin + l]->buffer.data();
+      leaf_versions_[sp.leaf_slot + l] = leaves_[st.leaf_begin + l]->buffer.version();
+    }
     for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) temp_ptrs_[sp.temp_begin + k] = where(p, p.temps[sp.temp_begin + k]);
-    bounds_[i] = bound{leaf_ptrs_.data() + sp.leaf_slot, scalars_.data() + st.scalar_begin, temp_ptrs_.data() + sp.temp_begin};
+    bounds_[i] = bound{leaf_ptrs_.data() + sp.leaf_slot, scalars_.data() + st.scalar_begin, temp_ptrs_.data() + sp.temp_begin,
+                       leaf_versions_.data() + sp.leaf_slot};
   }
   /// Live statement i's output takes its donor input's buffer (after bind: the loop still
   /// reads the input through the pointer bind took).
@@ -426,7 +431,10 @@ class step {
     const auto& sp = p.stmts[i];
     if (sp.donor < 0) return;
     auto& out = output(p, i).buffer;
-    if (!out) out = std::move(leaves_[stmts_[sp.stmt].leaf_begin + static_cast<std::uint32_t>(sp.donor)]->buffer);
+    if (!out) {
+      out = std::move(leaves_[stmts_[sp.stmt].leaf_begin + static_cast<std::uint32_t>(sp.donor)]->buffer);
+      out.touch();  // written in place: new values
+    }
   }
   /// Live statements [first, first + n): one loop, block by block, each writing its output.
   void run_group(const plan& p, std::size_t first, std::size_t n) {
@@ -484,6 +492,7 @@ class step {
   // scratch, reused across steps
   std::vector<std::shared_ptr<storage>> outputs_;  // per statement, while a run is under way (null: dead)
   std::vector<const void*> leaf_ptrs_, temp_ptrs_;  // over all live statements (plan::stmt_plan slots)
+  std::vector<std::uint64_t> leaf_versions_;       // parallel to leaf_ptrs_
   std::vector<bound> bounds_;                        // per live statement
   std::vector<void*> group_out_;
   std::vector<void (*)(const bound&, void*, std::size_t, std::size_t)> group_run_;
