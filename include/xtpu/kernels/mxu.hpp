@@ -306,6 +306,21 @@ inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::si
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
   row0.resize(nr);
   row1.resize(nr);
+  if (!pairs && b.cs == 1) {
+    // rows of B are contiguous: convert each row of the block whole (one long run the
+    // prefetcher streams), then deal it out to the panels, nr values each
+    line.resize(nc);
+    for (std::size_t t = 0; t < kc; ++t) {
+      convert_run(b, (p0 + pair_order(t, kc)) * b.rs + j0, 1, nc, false, line.data());
+      for (std::size_t jp = 0; jp < nc; jp += nr) {
+        const std::size_t cols = std::min(nr, nc - jp);
+        float* dst = out + (jp / nr) * nr * slots + t * nr;
+        std::memcpy(dst, line.data() + jp, cols * sizeof(float));
+        std::fill(dst + cols, dst + nr, 0.0f);
+      }
+    }
+    return;
+  }
   for (std::size_t jp = 0; jp < nc; jp += nr) {
     const std::size_t cols = std::min(nr, nc - jp);
     float* panel = out + (jp / nr) * nr * slots;
