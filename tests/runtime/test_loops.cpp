@@ -148,8 +148,8 @@ template <simd::path P>
 void lanes_equal_scalar() {
   if constexpr (simd::compiled_v<P> && P != simd::path::scalar) {
     using V = simd::lanes_t<P>;
-    constexpr std::size_t W = simd::traits<V>::size;
     auto check = [](const char* name, auto f) {
+      constexpr std::size_t W = simd::traits<V>::size;  // here, not outside: clang 14 would need it captured
       alignas(64) float in[W], out[W];
       std::size_t k = 0, bad = 0;
       sweep(1021, [&](float x) {
