@@ -149,12 +149,13 @@ void store_lanes(T* p, V v) noexcept {
 
 // ---- the evaluators -------------------------------------------------------------------------
 
-template <class Tensor, bool Owned>
-struct evaluator<leaf<Tensor, Owned>> {
-  using T = typename Tensor::value_type;
+/// Reads a stored buffer of T, element i at i: Derived::data<S>(b) is where it starts (a
+/// tensor's buffer, or a materialized node's temp).
+template <class Derived, class T>
+struct buffer_evaluator {
   template <slots S>
   static compute_t<T> load(const bound& b, std::size_t i) noexcept {
-    return load_as<T>(static_cast<const T*>(b.leaves[S.leaf])[i]);
+    return load_as<T>(static_cast<const T*>(Derived::template data<S>(b))[i]);
   }
   static constexpr bool has_packet = is_floating_v<T>;
   template <std::size_t Q>
@@ -163,7 +164,35 @@ struct evaluator<leaf<Tensor, Owned>> {
   }
   template <slots S, path P, std::size_t Q>
   static lanes_t<P> packet(const bound& b, std::size_t i) noexcept {
-    return load_lanes<T, P>(static_cast<const T*>(b.leaves[S.leaf]) + i);
+    return load_lanes<T, P>(static_cast<const T*>(Derived::template data<S>(b)) + i);
+  }
+};
+
+/// Reads its child at Derived::child_index(i) (slice, permute): packets where
+/// Derived::child_edge<Q>() says the child's block is contiguous (or one value).
+template <class Derived, class Node, class C>
+struct remap_evaluator {
+  template <slots S>
+  static auto load(const bound& b, std::size_t i) noexcept {
+    return load_child<Node, S, 0>(b, Derived::child_index(i));
+  }
+  static constexpr bool has_packet = packet_traits<C>::has;
+  template <std::size_t Q>
+  static constexpr bool fast() {
+    return Derived::template child_edge<Q>() == edge::contiguous && packet_traits<C>::template fast<Q>();
+  }
+  template <slots S, path P, std::size_t Q>
+  static auto packet(const bound& b, std::size_t i) noexcept {
+    return child_lanes<C, child_slots<Node, S, 0>, P, Q, Derived::template child_edge<Q>()>(
+        b, [i](std::size_t l) { return Derived::child_index(i + l); });
+  }
+};
+
+template <class Tensor, bool Owned>
+struct evaluator<leaf<Tensor, Owned>> : buffer_evaluator<evaluator<leaf<Tensor, Owned>>, typename Tensor::value_type> {
+  template <slots S>
+  static const void* data(const bound& b) noexcept {
+    return b.leaves[S.leaf];
   }
 };
 
@@ -315,7 +344,8 @@ struct evaluator<reshape_node<Shape, C>> {
 };
 
 template <class C, std::size_t... Perm>
-struct evaluator<permute_node<C, Perm...>> {
+struct evaluator<permute_node<C, Perm...>>
+    : remap_evaluator<evaluator<permute_node<C, Perm...>>, permute_node<C, Perm...>, C> {
   using node = permute_node<C, Perm...>;
   using Out = typename node::shape_type;
   static constexpr std::array<std::size_t, sizeof...(Perm)> perm{Perm...};
@@ -327,11 +357,6 @@ struct evaluator<permute_node<C, Perm...>> {
     for (std::size_t d = 0; d < sizeof...(Perm); ++d) j += (i / os[d]) % Out::dims[d] * in_strides[perm[d]];
     return j;
   }
-  template <slots S>
-  static auto load(const bound& b, std::size_t i) noexcept {
-    return load_child<node, S, 0>(b, child_index(i));
-  }
-  static constexpr bool has_packet = packet_traits<C>::has;
   /// Contiguous when the permutation keeps the last Q axes where they are.
   template <std::size_t Q>
   static constexpr edge child_edge() {
@@ -339,33 +364,15 @@ struct evaluator<permute_node<C, Perm...>> {
     for (std::size_t k = 0; k < Q && k < perm.size(); ++k) kept = kept && perm[perm.size() - 1 - k] == perm.size() - 1 - k;
     return edge_of<C>(kept, C::shape_type::size == 1);
   }
-  template <std::size_t Q>
-  static constexpr bool fast() {
-    return child_edge<Q>() == edge::contiguous && packet_traits<C>::template fast<Q>();
-  }
-  template <slots S, path P, std::size_t Q>
-  static auto packet(const bound& b, std::size_t i) noexcept {
-    return child_lanes<C, child_slots<node, S, 0>, P, Q, child_edge<Q>()>(b, [i](std::size_t l) { return child_index(i + l); });
-  }
 };
 
 /// A materialized node (matmul, reduction) is read from its own buffer: the last temp slot of
 /// its subtree.
 template <class N>
-struct materialized_evaluator {
-  using T = typename N::value_type;
+struct materialized_evaluator : buffer_evaluator<materialized_evaluator<N>, typename N::value_type> {
   template <slots S>
-  static compute_t<T> load(const bound& b, std::size_t i) noexcept {
-    return load_as<T>(static_cast<const T*>(b.temps[own_slots<N, S>.temp])[i]);
-  }
-  static constexpr bool has_packet = is_floating_v<T>;
-  template <std::size_t Q>
-  static constexpr bool fast() {
-    return true;
-  }
-  template <slots S, path P, std::size_t Q>
-  static lanes_t<P> packet(const bound& b, std::size_t i) noexcept {
-    return load_lanes<T, P>(static_cast<const T*>(b.temps[own_slots<N, S>.temp]) + i);
+  static const void* data(const bound& b) noexcept {
+    return b.temps[own_slots<N, S>.temp];
   }
 };
 

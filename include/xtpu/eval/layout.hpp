@@ -26,30 +26,18 @@ struct axis_split {
 };
 
 template <std::size_t Axis, std::size_t Begin, std::size_t End, class C>
-struct evaluator<slice_node<Axis, Begin, End, C>> {
+struct evaluator<slice_node<Axis, Begin, End, C>>
+    : remap_evaluator<evaluator<slice_node<Axis, Begin, End, C>>, slice_node<Axis, Begin, End, C>, C> {
   using node = slice_node<Axis, Begin, End, C>;
   static constexpr std::size_t child_index(std::size_t i) noexcept {
     const axis_split<typename node::shape_type, Axis> o(i);
     constexpr std::size_t n = extent_v<typename C::shape_type, Axis>;
     return (o.outer * n + o.a + Begin) * o.inner + o.rest;
   }
-  template <slots S>
-  static auto load(const bound& b, std::size_t i) noexcept {
-    return load_child<node, S, 0>(b, child_index(i));
-  }
-  static constexpr bool has_packet = packet_traits<C>::has;
   /// Contiguous when the sliced axis is outside the block of the last Q axes, or its first.
   template <std::size_t Q>
   static constexpr edge child_edge() {
     return edge_of<C>(Axis + Q <= node::shape_type::rank, false);
-  }
-  template <std::size_t Q>
-  static constexpr bool fast() {
-    return child_edge<Q>() == edge::contiguous && packet_traits<C>::template fast<Q>();
-  }
-  template <slots S, path P, std::size_t Q>
-  static auto packet(const bound& b, std::size_t i) noexcept {
-    return child_lanes<C, child_slots<node, S, 0>, P, Q, child_edge<Q>()>(b, [i](std::size_t l) { return child_index(i + l); });
   }
 };
 

@@ -72,20 +72,25 @@ struct op_math<op::div> {  // true division: int32 operands are promoted to f32 
     return a / b;
   }
 };
+/// maximum/minimum: b where `b_wins` (b strictly larger/smaller), else a; a NaN operand wins
+/// over both (a's first) — the one NaN rule of both.
+template <class V, class M>
+V min_max_pick(V a, V b, M b_wins) noexcept {
+  if constexpr (is_int_v<V> || is_bool_v<V>) return b_wins ? b : a;
+  else return lanes::select(lanes::is_nan(a), a, lanes::select(lanes::is_nan(b), b, lanes::select(b_wins, b, a)));
+}
 template <>
 struct op_math<op::maximum> {
   template <class V>
   static V f(V a, V b) noexcept {
-    if constexpr (is_int_v<V> || is_bool_v<V>) return a < b ? b : a;
-    else return lanes::select(lanes::is_nan(a), a, lanes::select(lanes::is_nan(b), b, lanes::select(a < b, b, a)));
+    return min_max_pick(a, b, a < b);
   }
 };
 template <>
 struct op_math<op::minimum> {
   template <class V>
   static V f(V a, V b) noexcept {
-    if constexpr (is_int_v<V> || is_bool_v<V>) return b < a ? b : a;
-    else return lanes::select(lanes::is_nan(a), a, lanes::select(lanes::is_nan(b), b, lanes::select(b < a, b, a)));
+    return min_max_pick(a, b, b < a);
   }
 };
 

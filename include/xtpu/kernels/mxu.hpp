@@ -100,6 +100,19 @@ constexpr std::uint32_t pair_bits(float even, float odd) noexcept {
   return (std::bit_cast<std::uint32_t>(even) >> 16) | (std::bit_cast<std::uint32_t>(odd) & 0xFFFF0000u);
 }
 
+/// Elements t in [begin, n) of a run: dst[t] = the MXU value of src[base + (swap ?
+/// pair_order(t, n) : t) * step] (src f32, or bf16 widened) — the scalar conversion every
+/// path's tail and strided runs use.
+inline void convert_scalar(const void* src, bool bf16, std::size_t base, std::size_t step, std::size_t begin,
+                           std::size_t n, bool swap, float* dst) noexcept {
+  for (std::size_t t = begin; t < n; ++t) {
+    const std::size_t j = base + (swap ? pair_order(t, n) : t) * step;
+    const std::uint32_t u = bf16 ? std::uint32_t{static_cast<const std::uint16_t*>(src)[j]} << 16
+                                 : std::bit_cast<std::uint32_t>(static_cast<const float*>(src)[j]);
+    dst[t] = std::bit_cast<float>(mxu_bits(u));
+  }
+}
+
 #if XTPU_X86
 /// 16 source values (f32, or bf16 widened) -> the MXU's f32 values (mxu_bits, 16 lanes).
 __attribute__((target("avx512f"))) inline __m512i mxu_bits16(__m512i u) noexcept {
@@ -143,12 +156,7 @@ __attribute__((target("avx512f"))) inline void convert_run_avx512(const void* sr
     _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(mxu_bits16(u)));
     return;
   }
-  for (; i < n; ++i) {
-    const std::size_t j = swap ? pair_order(i, n) : i;
-    const std::uint32_t u = bf16 ? std::uint32_t{static_cast<const std::uint16_t*>(src)[j]} << 16
-                                 : std::bit_cast<std::uint32_t>(static_cast<const float*>(src)[j]);
-    dst[i] = std::bit_cast<float>(mxu_bits(u));
-  }
+  convert_scalar(src, bf16, 0, 1, i, n, swap, dst);
 }
 
 /// 8 source values -> the MXU's f32 values (mxu_bits, 8 lanes; test_mxu checks it bit for bit).
@@ -174,12 +182,7 @@ __attribute__((target("avx2"))) inline void convert_run_avx2(const void* src, bo
     if (swap) v = _mm256_permute_ps(v, 0xB1);  // 1,0,3,2,...
     _mm256_storeu_ps(dst + i, v);
   }
-  for (; i < n; ++i) {
-    const std::size_t j = swap ? pair_order(i, n) : i;
-    const std::uint32_t u = bf16 ? std::uint32_t{static_cast<const std::uint16_t*>(src)[j]} << 16
-                                 : std::bit_cast<std::uint32_t>(static_cast<const float*>(src)[j]);
-    dst[i] = std::bit_cast<float>(mxu_bits(u));
-  }
+  convert_scalar(src, bf16, 0, 1, i, n, swap, dst);
 }
 
 /// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (8 x 8 blocks in registers).
@@ -229,23 +232,14 @@ inline void transpose(const float* src, std::size_t lds, std::size_t rows, std::
 inline void convert_run(const matrix_view& v, std::size_t base, std::size_t step, std::size_t n, bool swap,
                         float* dst) noexcept {
 #if XTPU_X86
-  if (step == 1 && kernels::supported(isa::avx512)) {
-    const void* src = v.bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(v.data) + base)
-                             : static_cast<const void*>(static_cast<const float*>(v.data) + base);
-    return convert_run_avx512(src, v.bf16, n, swap, dst);
-  }
   if (step == 1 && kernels::supported(isa::avx2)) {
     const void* src = v.bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(v.data) + base)
                              : static_cast<const void*>(static_cast<const float*>(v.data) + base);
+    if (kernels::supported(isa::avx512)) return convert_run_avx512(src, v.bf16, n, swap, dst);
     return convert_run_avx2(src, v.bf16, n, swap, dst);
   }
 #endif
-  for (std::size_t t = 0; t < n; ++t) {
-    const std::size_t i = base + (swap ? pair_order(t, n) : t) * step;
-    const std::uint32_t u = v.bf16 ? std::uint32_t{static_cast<const std::uint16_t*>(v.data)[i]} << 16
-                                   : std::bit_cast<std::uint32_t>(static_cast<const float*>(v.data)[i]);
-    dst[t] = std::bit_cast<float>(mxu_bits(u));
-  }
+  convert_scalar(v.data, v.bf16, base, step, 0, n, swap, dst);
 }
 
 /// bf16 pairs from two runs of converted values: low half from `even`, high half from `odd`.
