@@ -242,6 +242,9 @@ TEST(Loops, ReductionsSoftmaxAndMultiOutputLoopsGiveTheSameBitsEverywhere) {
     xtpu::tensor<xtpu::bf16, 30> brows = xtpu::max<1>(b);
     xtpu::tensor<float, 64, 1000> sm = xtpu::softmax<1>(x), lsm = xtpu::log_softmax<1>(x);
     xtpu::tensor<float, 64, 1000> sm0 = xtpu::softmax<0>(x);
+    xtpu::tensor<xtpu::bf16, 30, 17> bsm = xtpu::softmax<1>(b);
+    auto xc = x - xtpu::reshape<64, 1>(xtpu::mean<1>(x));  // a layer norm: a row loop
+    xtpu::tensor<float, 64, 1000> ln = xc * xtpu::rsqrt(xtpu::reshape<64, 1>(xtpu::mean<1>(xc * xc)) + 1e-5f);
     // a multi-output loop (an AdamW-like update), over many blocks
     xtpu::tensor<float, 64, 1000> m = x * 0.9f + 0.1f, v = x * x * 0.999f;
     xtpu::tensor<float, 64, 1000> p = x - 0.01f * (m / (xtpu::sqrt(v) + 1e-8f));
@@ -252,7 +255,49 @@ TEST(Loops, ReductionsSoftmaxAndMultiOutputLoopsGiveTheSameBitsEverywhere) {
     append(out, cmean);
     append(out, bcols);
     append(out, brows);
-    for (const auto* t : {&sm, &lsm, &sm0, &m, &v, &p}) append(out, *t);
+    for (const auto* t : {&sm, &lsm, &sm0, &ln, &m, &v, &p}) append(out, *t);
+    append(out, bsm);
+    return out;
+  });
+}
+
+// A statement whose reductions are by rows runs as one row loop (eval/program.hpp), keeping
+// softmax's exp(x - max) from the sum for the division: the bits of the same computation
+// written as separate statements, each reduction materialized on its own.
+TEST(Loops, RowLoopsGiveTheBitsOfSeparateStatements) {
+  auto x = device<float, 37, 999>(values(37 * 999, 21, 6.0f));  // rows not a multiple of a block
+  auto y = device<float, 37, 999>(values(37 * 999, 22, 6.0f));
+  auto g = device<float, 999>(values(999, 23));
+  every_path([&] {
+    xtpu::tensor<float, 37, 999> sm = xtpu::softmax<1>(x);
+    // the exp the sum reads is not the one the loop reads (y's max): nothing may be kept
+    xtpu::tensor<float, 37, 999> mixed =
+        xtpu::exp(x - xtpu::reshape<37, 1>(xtpu::max<1>(x))) /
+        xtpu::reshape<37, 1>(xtpu::sum<1>(xtpu::exp(y - xtpu::reshape<37, 1>(xtpu::max<1>(y)))));
+    auto xc = x - xtpu::reshape<37, 1>(xtpu::mean<1>(x));
+    xtpu::tensor<float, 37, 999> ln = xc * xtpu::rsqrt(xtpu::reshape<37, 1>(xtpu::mean<1>(xc * xc)) + 1e-5f) * g + g;
+    const std::string plan = xtpu::lazy::explain();
+    xtpu::mark_step();
+    EXPECT_NE(plan.find("row loop -> out"), std::string::npos) << plan;
+
+    xtpu::tensor<float, 37> mx = xtpu::max<1>(x), my = xtpu::max<1>(y);
+    xtpu::mark_step();
+    xtpu::tensor<float, 37, 999> ex = xtpu::exp(x - xtpu::reshape<37, 1>(mx)), ey = xtpu::exp(y - xtpu::reshape<37, 1>(my));
+    xtpu::mark_step();
+    xtpu::tensor<float, 37> sx = xtpu::sum<1>(ex), sy = xtpu::sum<1>(ey), mu = xtpu::mean<1>(x);
+    xtpu::mark_step();
+    xtpu::tensor<float, 37, 999> sm2 = ex / xtpu::reshape<37, 1>(sx), mixed2 = ex / xtpu::reshape<37, 1>(sy);
+    xtpu::tensor<float, 37, 999> xc2 = x - xtpu::reshape<37, 1>(mu);
+    xtpu::mark_step();
+    xtpu::tensor<float, 37> var = xtpu::mean<1>(xc2 * xc2);
+    xtpu::mark_step();
+    xtpu::tensor<float, 37, 999> ln2 = xc2 * xtpu::rsqrt(xtpu::reshape<37, 1>(var) + 1e-5f) * g + g;
+    xtpu::mark_step();
+    EXPECT_EQ(host(sm), host(sm2));
+    EXPECT_EQ(host(mixed), host(mixed2));
+    EXPECT_EQ(host(ln), host(ln2));
+    std::vector<float> out;
+    for (const auto* t : {&sm, &mixed, &ln}) append(out, *t);
     return out;
   });
 }
@@ -359,4 +404,24 @@ TEST(Reductions, SoftmaxAndLogSoftmaxAgainstFloat64) {
       EXPECT_NEAR(hl[r * 100 + c], std::log(want), 2e-6 * (1 + std::fabs(std::log(want)))) << r << "," << c;
     }
   }
+}
+
+// A fused chain keeps no intermediate: ten ops need the HBM of one (inputs + the result).
+TEST(Loops, AChainsWorkingSetDoesNotGrowWithTheChain) {
+  const auto peak_of = [](int index, auto&& chain) {
+    xtpu::device d("v5e", index);
+    xtpu::device_scope on(d);
+    auto a = device<float, 256, 256>(values(256 * 256, 1)), b = device<float, 256, 256>(values(256 * 256, 2));
+    xtpu::mark_step();
+    const std::uint64_t before = d.peak_bytes_in_use();
+    xtpu::tensor<float, 256, 256> o = chain(a, b);
+    xtpu::mark_step();
+    return d.peak_bytes_in_use() - before;
+  };
+  const std::uint64_t one = peak_of(5, [](const auto& a, const auto& b) { return a * b; });
+  const std::uint64_t ten = peak_of(6, [](const auto& a, const auto& b) {
+    return xtpu::maximum(xtpu::exp((a * b + a) * 0.5f - b) / (b * b + 1.0f), a) * 3.0f;
+  });
+  EXPECT_EQ(one, 256u * 256u * sizeof(float));
+  EXPECT_EQ(ten, one);
 }

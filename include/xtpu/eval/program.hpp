@@ -6,14 +6,18 @@
 // materialized), and the matmul epilogue fusion alternative. Kernel k
 // writes temp slot k (the last kernel writes the statement's output), reads the leaves,
 // scalars and temps in its ranges, and is identified by its subtree's fingerprint — the
-// runtime never walks an expression tree.
+// runtime never walks an expression tree. A statement whose reductions are all by rows and read
+// back per row (softmax, layer-norm) runs as one row loop (run_rows; its reductions' entries
+// then do nothing).
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "xtpu/eval/cost.hpp"
@@ -276,6 +280,273 @@ void run_fused(const bound& b, void* dst) {
   });
 }
 
+// ---- row loops ----------------------------------------------------------------------------
+//
+// A statement whose only materialized nodes are reductions along the last axis, each read back
+// as a column (keep_axis: reshape to (..., 1)) by maps over the statement's own rows — softmax,
+// log_softmax, layer-norm — runs as one kernel over blocks of rows: a block's reductions, then
+// the loop over the same rows while they are still in cache. Each reduced row is the same
+// canonical reduction and each element the same loop as when they run one after the other, so
+// the bits do not change; the reductions' temps are written as before (a later statement may
+// read them). The other kernels of such a statement do nothing.
+
+template <class N>
+inline constexpr bool is_reduce_v = false;
+template <class Op, int Axis, class C>
+inline constexpr bool is_reduce_v<reduce_node<Op, Axis, C>> = true;
+
+/// A and Sh have the same rank and the same extents but (maybe) the last: A's element at
+/// (r..., j) belongs to row (r...) of Sh.
+template <class A, class Sh>
+constexpr bool same_rows() {
+  if constexpr (A::rank != Sh::rank || Sh::rank < 2) {
+    return false;
+  } else {
+    for (std::size_t i = 0; i + 1 < Sh::rank; ++i)
+      if (A::dims[i] != Sh::dims[i]) return false;
+    return true;
+  }
+}
+
+/// N, read at an element of row r of Sh (or of a column (..., 1) over Sh's rows), reads temps
+/// only of row r: maps over Sh's rows, and reductions by rows read back through keep_axis.
+template <class N, class Sh>
+constexpr bool row_local() {
+  if constexpr (N::n_temps == 0) {
+    return true;  // leaves, scalars, generators: nothing this statement computes
+  } else if constexpr (is_map_v<N>) {
+    return same_rows<typename N::shape_type, Sh>() && [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (row_local<child_t<N, I>, Sh>() && ...);
+    }(std::make_index_sequence<children_count_v<N>>{});
+  } else if constexpr (is_reshape_v<N>) {
+    using R = child_t<N, 0>;
+    using S = typename N::shape_type;
+    if constexpr (!is_reduce_v<R> || !same_rows<S, Sh>()) {
+      return false;
+    } else {
+      using C = child_t<R, 0>;
+      return S::dims[S::rank - 1] == 1 && evaluator<R>::by_rows && same_rows<typename C::shape_type, Sh>() &&
+             row_local<C, Sh>();
+    }
+  } else {
+    return false;  // a matmul, a reduction read directly, a slice, permute, pad or concat
+  }
+}
+
+template <class E>
+constexpr bool row_fusable() {
+  if constexpr (E::materialized || E::n_temps == 0) return false;
+  else return row_local<E, typename E::shape_type>();
+}
+
+// Kept values. When the loop reads, outside any reduction, the very subtree a reduction
+// reduces (softmax: exp(x - max) is summed and then divided), the reduction writes that
+// subtree's values into the output as it reads them and the loop reads them back
+// (row_scratch) instead of computing them again — when the two are the same value at run time
+// (the same tensors, scalars and temps), else the loop computes them. Reading a float back is
+// the value itself: the bits do not change.
+
+/// What a row loop's root reads in place of subtree C: C's values, kept by the reduction
+/// that evaluated them (row_bound::keep, at C's flat index, which is the loop's).
+template <class C>
+struct row_scratch {
+  using value_type = typename C::value_type;
+  using shape_type = typename C::shape_type;
+  static constexpr bool weak = C::weak, materialized = false;
+  // C's slot counts, so every slot after it keeps its number
+  static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps;
+  static constexpr std::uint64_t fingerprint = C::fingerprint;
+  using children = std::tuple<>;
+};
+
+/// The bound of a row loop with kept values (the only kind of call that reads a row_scratch).
+struct row_bound : bound {
+  const float* keep;
+};
+
+template <class C>
+struct evaluator<row_scratch<C>> : buffer_evaluator<evaluator<row_scratch<C>>, float> {
+  template <slots S>
+  static const void* data(const bound& b) noexcept {
+    return static_cast<const row_bound&>(b).keep;
+  }
+};
+
+/// N with every T outside reductions replaced by row_scratch<T>.
+template <class N, class T>
+struct with_scratch {
+  using type = N;
+};
+template <class N, class T>
+using with_scratch_t = typename std::conditional_t<std::is_same_v<N, T>, std::type_identity<row_scratch<T>>, with_scratch<N, T>>::type;
+template <class Op, class... C, class T>
+struct with_scratch<map<Op, C...>, T> {
+  using type = map<Op, with_scratch_t<C, T>...>;
+};
+template <class Shape, class C, class T>
+struct with_scratch<reshape_node<Shape, C>, T> {
+  using type = reshape_node<Shape, with_scratch_t<C, T>>;
+};
+
+/// Whether N's loop (N's maps and reshapes, not inside a reduction) reads a T.
+template <class N, class T>
+constexpr bool loop_reads() {
+  if constexpr (std::is_same_v<N, T>) {
+    return true;
+  } else if constexpr (is_map_v<N> || is_reshape_v<N>) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (loop_reads<child_t<N, I>, T>() || ...);
+    }(std::make_index_sequence<children_count_v<N>>{});
+  } else {
+    return false;
+  }
+}
+
+/// The slots of the child of the first reduction reached from E's loop whose child is worth
+/// keeping (it reads a reduction itself, has E's shape, is f32 and E's loop reads it too);
+/// `found` false if none. T: its type.
+struct kept_at {
+  bool found = false;
+  slots at{};
+};
+template <class E, class N, slots S>
+constexpr kept_at find_kept() {
+  if constexpr (is_reduce_v<N>) {
+    using C = child_t<N, 0>;
+    if constexpr (C::n_temps != 0 && std::is_same_v<typename C::shape_type, typename E::shape_type> &&
+                  std::is_same_v<typename C::value_type, float> && loop_reads<E, C>())
+      return {true, child_slots<N, S, 0>};
+    else
+      return {};
+  } else if constexpr (is_map_v<N> || is_reshape_v<N>) {
+    kept_at r{};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((r.found ? void() : void(r = find_kept<E, child_t<N, I>, child_slots<N, S, I>>())), ...);
+    }(std::make_index_sequence<children_count_v<N>>{});
+    return r;
+  } else {
+    return {};
+  }
+}
+template <class N, slots S, slots Want>
+constexpr auto kept_type();
+template <class N, slots S, slots Want, std::size_t I>
+constexpr auto kept_in_children() {
+  if constexpr (I == children_count_v<N>) {
+    return std::type_identity<void>{};
+  } else {
+    using here = decltype(kept_type<child_t<N, I>, child_slots<N, S, I>, Want>());
+    if constexpr (!std::is_same_v<here, std::type_identity<void>>) return here{};
+    else return kept_in_children<N, S, Want, I + 1>();
+  }
+}
+/// The type of the child of the reduction (reached from N's loop) whose child sits at Want.
+template <class N, slots S, slots Want>
+constexpr auto kept_type() {
+  if constexpr (is_reduce_v<N>) {
+    constexpr slots c = child_slots<N, S, 0>;
+    if constexpr (c.leaf == Want.leaf && c.scalar == Want.scalar && c.temp == Want.temp)
+      return std::type_identity<child_t<N, 0>>{};
+    else
+      return std::type_identity<void>{};
+  } else if constexpr (is_map_v<N> || is_reshape_v<N>) {
+    return kept_in_children<N, S, Want, 0>();
+  } else {
+    return std::type_identity<void>{};
+  }
+}
+
+/// The T at A and the T at B read the same tensors, scalars and temps.
+template <class T, slots A, slots B>
+bool same_inputs(const bound& b) noexcept {
+  for (std::size_t k = 0; k < T::n_leaves; ++k)
+    if (b.leaves[A.leaf + k] != b.leaves[B.leaf + k]) return false;
+  for (std::size_t k = 0; k < T::n_scalars; ++k)
+    if (std::bit_cast<std::uint64_t>(b.scalars[A.scalar + k]) != std::bit_cast<std::uint64_t>(b.scalars[B.scalar + k]))
+      return false;
+  for (std::size_t k = 0; k < T::n_temps; ++k)
+    if (b.temps[A.temp + k] != b.temps[B.temp + k]) return false;
+  return true;
+}
+/// Every T that N's loop (N at S) reads is the value of the T at Ref.
+template <class N, slots S, class T, slots Ref>
+bool loop_reads_kept(const bound& b) noexcept {
+  if constexpr (std::is_same_v<N, T>) {
+    return same_inputs<T, S, Ref>(b);
+  } else if constexpr (is_map_v<N> || is_reshape_v<N>) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (loop_reads_kept<child_t<N, I>, child_slots<N, S, I>, T, Ref>(b) && ...);
+    }(std::make_index_sequence<children_count_v<N>>{});
+  } else {
+    return true;
+  }
+}
+
+/// Rows [r0, r1) of every reduction in N's subtree (N placed at S), in post-order, but those
+/// whose temp is one already written (`done`, `n_done`): the plan gives a common subexpression
+/// one place, so softmax's two copies of max(x) are reduced once. The reduction whose child
+/// sits at K.at writes its child's values to `keep` when keep is not null.
+template <class N, slots S, path P, kept_at K>
+void reduce_rows_of(const bound& b, std::size_t r0, std::size_t r1, const void** done, std::size_t& n_done,
+                    float* keep) noexcept {
+  if constexpr (N::n_temps != 0) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (reduce_rows_of<child_t<N, I>, child_slots<N, S, I>, P, K>(b, r0, r1, done, n_done, keep), ...);
+    }(std::make_index_sequence<children_count_v<N>>{});
+    if constexpr (is_reduce_v<N>) {
+      constexpr slots c = child_slots<N, S, 0>;
+      constexpr bool keeper = K.found && c.leaf == K.at.leaf && c.scalar == K.at.scalar && c.temp == K.at.temp;
+      const void* at = b.temps[own_slots<N, S>.temp];
+      if (!(keeper && keep) && std::find(done, done + n_done, at) != done + n_done) return;
+      done[n_done++] = at;
+      using T = typename N::value_type;
+      evaluator<N>::template reduce_rows<S, P>(b, static_cast<T*>(const_cast<void*>(at)), r0, r1, keeper ? keep : nullptr);
+    }
+  }
+}
+
+/// Rows a row loop takes at a time: about 256 KiB of the statement's f32 values (half the L2
+/// of the machines measured; smaller blocks measured slower on layer-norm, docs/benchmarks.md).
+template <class Sh>
+inline constexpr std::size_t row_block = std::max<std::size_t>(1, 65536 / Sh::dims[Sh::rank - 1]);
+
+/// The row loop of `dst = E`: blocks of rows, each its reductions then its elements; pieces of
+/// rows on the thread pool.
+template <class E>
+void run_rows(const bound& b, void* dst) {
+  using Sh = typename E::shape_type;
+  using V = typename E::value_type;
+  constexpr std::size_t C = Sh::dims[Sh::rank - 1], rows = Sh::size / C;
+  constexpr kept_at K = std::is_same_v<V, float> ? find_kept<E, E, slots{}>() : kept_at{};
+  using T = typename decltype(kept_type<E, slots{}, K.at>())::type;
+  auto* out = static_cast<V*>(dst);
+  bool keeps = false;
+  if constexpr (K.found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b);
+  for_ranges(rows, std::max<std::size_t>(1, loop_grain / C), [&](std::size_t r0, std::size_t r1) {
+    kernels::simd::fp_env env;
+    kernels::simd::dispatch([&](auto p) {
+      constexpr path P = decltype(p)::value;
+      for (std::size_t r = r0; r < r1; r += row_block<Sh>) {
+        const std::size_t e = std::min(r1, r + row_block<Sh>);
+        std::array<const void*, E::n_temps> done{};
+        std::size_t n_done = 0;
+        if constexpr (K.found) {
+          if (keeps) {
+            reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, out);
+            loop_range<with_scratch_t<E, T>, P>(row_bound{b, out}, out, r * C, e * C);
+            continue;
+          }
+        }
+        reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, nullptr);
+        loop_range<E, P>(b, out, r * C, e * C);
+      }
+    });
+  });
+}
+
+/// What the reductions of a row loop run on their own: nothing (the row loop computes them).
+inline void run_in_row_loop(const bound&, void*) noexcept {}
+
 /// The kernel table of the statement `t = E` (the last entry writes t).
 template <class E>
 struct program {
@@ -299,7 +570,15 @@ struct program {
     if constexpr (E::materialized) {
       return kernels_of<E, slots{}>();
     } else {
-      return concat(kernels_of<E, slots{}>(), std::array<kernel_desc, 1>{describe<E, slots{}>(&run_elementwise<E>)});
+      auto t = concat(kernels_of<E, slots{}>(), std::array<kernel_desc, 1>{describe<E, slots{}>(&run_elementwise<E>)});
+      if constexpr (row_fusable<E>()) {
+        for (std::size_t k = 0; k + 1 < t.size(); ++k) t[k].run = &run_in_row_loop, t[k].kind = "reduce (in the row loop)";
+        kernel_desc& root = t[t.size() - 1];
+        root.run = &run_rows<E>, root.kind = "row loop";
+        root.run_range = nullptr;     // not an elementwise loop: never grouped with others
+        root.same_index_leaves = 0;   // a block's reductions read rows the loop then writes: no donation
+      }
+      return t;
     }
   }();
 };

@@ -33,6 +33,42 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   static constexpr std::size_t stride = Axis == all_axes ? 1 : strides_of(In::dims)[ax];
   static constexpr std::size_t outer = In::size / (n * stride);
 
+  /// Whether the outputs are rows of n contiguous values reduced in floats (the last axis).
+  static constexpr bool by_rows = floating && stride == 1 && Axis != all_axes;
+
+  /// Outputs [o0, o1) of a reduction by rows, on path P: each row in the canonical order, so
+  /// any split of the rows (threads, eval/program.hpp's row loops) gives the same bits.
+  /// With `keep` non-null, the child's values are also written to keep (at the child's flat
+  /// index): a row loop reads them back instead of computing them again.
+  template <slots S, path P>
+  static void reduce_rows(const bound& b, value_type* out, std::size_t o0, std::size_t o1, float* keep = nullptr) noexcept {
+    static_assert(by_rows);
+    [[maybe_unused]] constexpr slots CS = child_slots<node, S, 0>;
+    constexpr std::size_t Q = packet_traits<C>::has ? 1 : 0;
+    constexpr std::size_t R = Q == 0 ? 1 : block_size<In>(Q);
+    constexpr bool packets = P != path::scalar && Q != 0 && (R == n || R % reduce_order::lanes == 0);
+    for (std::size_t o = o0; o < o1; ++o) {
+      const std::size_t first = o * n;
+      const float r = reduce_values<is_max, P>(
+          n, packets,
+          [&](std::size_t i) {
+            if constexpr (packets) {
+              const lanes_t<P> v = evaluator<C>::template packet<CS, P, Q>(b, first + i);
+              if (keep) store_lanes<float>(keep + first + i, v);
+              return v;
+            } else {
+              return lanes_t<P>(0.0f);
+            }
+          },
+          [&](std::size_t i) {
+            const float v = element<S>(b, first + i);
+            if (keep) keep[first + i] = v;
+            return v;
+          });
+      out[o] = store_as<value_type>(finish(r));
+    }
+  }
+
   template <slots S>
   static void compute(const bound& b, value_type* out) {
     if constexpr (!floating) {
@@ -64,12 +100,12 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
       constexpr std::size_t Q = Axis == all_axes ? loop_q<C, W> : (packet_traits<C>::has ? 1 : 0);
       constexpr std::size_t R = Q == 0 ? 1 : block_size<In>(Q);
       constexpr bool packets = P != path::scalar && Q != 0 && (R == n || R % reduce_order::lanes == 0);
-      auto packet = [&](std::size_t i) {
-        if constexpr (packets) return evaluator<C>::template packet<CS, P, Q>(b, i);
-        else return lanes_t<P>(0.0f);
-      };
-      auto value = [&](std::size_t i) { return element<S>(b, i); };
       if constexpr (Axis == all_axes) {
+        auto packet = [&](std::size_t i) {
+          if constexpr (packets) return evaluator<C>::template packet<CS, P, Q>(b, i);
+          else return lanes_t<P>(0.0f);
+        };
+        auto value = [&](std::size_t i) { return element<S>(b, i); };
         // blocks on threads, combined in order
         constexpr std::size_t blocks = (n + reduce_order::block - 1) / reduce_order::block;
         std::vector<float> part(blocks);
@@ -84,14 +120,8 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
         for (float x : part) total = float_combine<is_max>::step(total, x);
         out[0] = store_as<value_type>(finish(total));
       } else {
-        for_ranges(outer, std::max<std::size_t>(1, 32768 / n), [&](std::size_t o0, std::size_t o1) {
-          for (std::size_t o = o0; o < o1; ++o) {
-            const std::size_t first = o * n;
-            const float r = reduce_values<is_max, P>(
-                n, packets, [&](std::size_t i) { return packet(first + i); }, [&](std::size_t i) { return value(first + i); });
-            out[o] = store_as<value_type>(finish(r));
-          }
-        });
+        for_ranges(outer, std::max<std::size_t>(1, 32768 / n),
+                   [&](std::size_t o0, std::size_t o1) { reduce_rows<S, P>(b, out, o0, o1); });
       }
     } else {
       // n values `stride` apart per output; W neighbouring outputs at once, each in index order

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "xtpu/kernels/simd.hpp"
 
@@ -20,11 +21,15 @@ namespace xtpu::kernels::math {
 namespace detail {
 
 /// c[0] x^(n-1) + ... + c[n-1], by Horner's rule (each step rounded twice, never fused).
+/// Written out step by step (no loop over c: the barrier in simd::mul keeps compilers from
+/// unrolling one, and a loop per packet serialises the packets a fused loop overlaps).
 template <class V, std::size_t N>
 inline V horner(V x, const float (&c)[N]) noexcept {
-  V p(c[0]);
-  for (std::size_t i = 1; i < N; ++i) p = simd::mul(p, x) + V(c[i]);
-  return p;
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    V p(c[0]);
+    ((p = simd::mul(p, x) + V(c[I + 1])), ...);
+    return p;
+  }(std::make_index_sequence<N - 1>{});
 }
 
 /// 2^n for integral n in [-126, 127], from its bits.
