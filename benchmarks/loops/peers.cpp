@@ -254,7 +254,8 @@ std::function<void()> adamw(impl how, std::size_t rows, std::size_t cols) {
   switch (how) {
     case impl::hand:
       return [=] {
-        const auto [c1, c2] = bias();
+        const std::pair<float, float> bc = bias();
+        const float c1 = bc.first, c2 = bc.second;  // not a structured binding: clang 14 cannot capture one
         float *pp = p->data(), *pm = m->data(), *pv = v->data();
         const float* pg = g->data();
         for_range(n, [&](std::size_t lo, std::size_t hi) {
@@ -269,7 +270,8 @@ std::function<void()> adamw(impl how, std::size_t rows, std::size_t cols) {
       auto t1 = std::make_shared<std::vector<float>>(zeros(n)), t2 = std::make_shared<std::vector<float>>(zeros(n)),
            t3 = std::make_shared<std::vector<float>>(zeros(n));
       return [=] {
-        const auto [c1, c2] = bias();
+        const std::pair<float, float> bc = bias();
+        const float c1 = bc.first, c2 = bc.second;  // not a structured binding: clang 14 cannot capture one
         float *pp = p->data(), *pm = m->data(), *pv = v->data(), *a = t1->data(), *b = t2->data(), *c = t3->data();
         const float* pg = g->data();
         // m = b1*m + (1-b1)*g
@@ -282,8 +284,8 @@ std::function<void()> adamw(impl how, std::size_t rows, std::size_t cols) {
         map1(a, pv, n, [](float x) { return b2 * x; });
         map2(pv, a, b, n, add);
         // p = p - lr*((m/c1)/(sqrt(v/c2)+eps) + wd*p)
-        map1(a, pm, n, [c1 = c1](float x) { return x / c1; });
-        map1(b, pv, n, [c2 = c2](float x) { return x / c2; });
+        map1(a, pm, n, [c1](float x) { return x / c1; });
+        map1(b, pv, n, [c2](float x) { return x / c2; });
         map1(b, b, n, [](float x) { return std::sqrt(x); });
         map1(b, b, n, [](float x) { return x + adam_eps; });
         map2(a, a, b, n, dvd);
@@ -297,7 +299,8 @@ std::function<void()> adamw(impl how, std::size_t rows, std::size_t cols) {
       auto xp = std::make_shared<tensor2>(as_xt(*p, rows, cols)), xg = std::make_shared<tensor2>(as_xt(*g, rows, cols)),
            xm = std::make_shared<tensor2>(as_xt(*m, rows, cols)), xv = std::make_shared<tensor2>(as_xt(*v, rows, cols));
       return [=] {
-        const auto [c1, c2] = bias();
+        const std::pair<float, float> bc = bias();
+        const float c1 = bc.first, c2 = bc.second;  // not a structured binding: clang 14 cannot capture one
         xt::noalias(*xm) = b1 * *xm + (1.0f - b1) * *xg;
         xt::noalias(*xv) = b2 * *xv + (1.0f - b2) * *xg * *xg;
         xt::noalias(*xp) = *xp - lr * ((*xm / c1) / (xt::sqrt(*xv / c2) + adam_eps) + wd * *xp);
