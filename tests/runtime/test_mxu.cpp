@@ -86,10 +86,23 @@ TEST(Mxu, TransposedAndBf16OperandsAreReadInPlace) {
     bw[i] = float(xtpu::bf16::from_bits(bb[i]));
   }
   const auto want = reference(a, bw, M, N, K);
+  // both stored transposed in bf16 too: A's (m, k) at k * M + m, B's (k, n) at n * K + k
+  std::vector<std::uint16_t> atb(K * M), btb(N * K);
+  std::vector<float> aw(M * K);
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t k = 0; k < K; ++k) {
+      atb[k * M + m] = xtpu::bf16(a[m * K + k]).bits();
+      aw[m * K + k] = float(xtpu::bf16::from_bits(atb[k * M + m]));
+    }
+  for (std::size_t k = 0; k < K; ++k)
+    for (std::size_t n = 0; n < N; ++n) btb[n * K + k] = bb[k * N + n];
+  const auto want_bf16 = reference(aw, bw, M, N, K);
   for (isa p : paths()) {
     std::vector<float> c(M * N);
     xtpu::mxu::pass({at.data(), false, 1, M}, {bb.data(), true, N, 1}, c.data(), N, M, N, K, p, 2);
     expect_bits(c, want, std::string(xtpu::isa_name(p)));
+    xtpu::mxu::pass({atb.data(), true, 1, M}, {btb.data(), true, 1, K}, c.data(), N, M, N, K, p, 2);
+    expect_bits(c, want_bf16, std::string(xtpu::isa_name(p)) + ", both bf16 and transposed");
   }
 }
 

@@ -69,8 +69,8 @@ constexpr auto load_child(const bound& b, std::size_t i) noexcept {
   return evaluator<child_t<N, I>>::template load<child_slots<N, S, I>>(b, i);
 }
 
-/// A tile epilogue of a matmul (f32 results only): ep(ctx, offset, row0, col0, rows, cols)
-/// runs on each finished tile of the batch starting at flat offset `offset`.
+/// A block epilogue of a matmul (f32 results only): ep(ctx, offset, row0, col0, rows, cols)
+/// runs on each finished block of the batch starting at flat offset `offset` (mxu::epilogue).
 using epilogue_fn = void (*)(const void* ctx, std::size_t offset, std::size_t row0, std::size_t col0,
                              std::size_t rows, std::size_t cols);
 

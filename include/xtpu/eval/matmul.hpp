@@ -5,7 +5,7 @@
 // is a tensor (or a tensor transposed) is read in place through strides (a right operand
 // with its buffer's version, so that the MXU may reuse its packing); any other
 // expression is evaluated once into an f32 buffer first. DEFAULT runs one mxu::pass (with the
-// tile epilogue, if any); HIGH and HIGHEST run mxu::multi_pass (kernels/matmul.hpp). Batches
+// block epilogue, if any); HIGH and HIGHEST run mxu::multi_pass (kernels/matmul.hpp). Batches
 // broadcast as elementwise operands do. A bf16 result is rounded once, at the end.
 // a (..., M, K), b (..., K, N) -> (..., M, N) f32, or bf16 when both operands are bf16
 #pragma once
@@ -117,18 +117,18 @@ void evaluator<matmul_node<Prec, L, R>>::compute(const bound& b, value_type* out
     thread_local std::vector<float> scratch, a, w;
     float* c = detail::out_f32(out, ob * M * N, scratch, M * N);
     if constexpr (Prec == precision::default_) {
-      // the tile epilogue needs the batch's offset: one small context per batch
+      // the block epilogue needs the batch's offset: one small context per batch
       struct batch_ctx {
         epilogue_fn fn;
         const void* ctx;
         std::size_t offset;
       } bc{ep, ctx, ob * M * N};
-      const mxu::epilogue tile_ep{[](const void* p, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
+      const mxu::epilogue block_ep{[](const void* p, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
                                     const auto* e = static_cast<const batch_ctx*>(p);
                                     e->fn(e->ctx, e->offset, r0, c0, rows, cols);
                                   },
                                   &bc};
-      mxu::pass(av, bv, c, N, M, N, K, path, threads, ep ? &tile_ep : nullptr, rhs.version(b));
+      mxu::pass(av, bv, c, N, M, N, K, path, threads, ep ? &block_ep : nullptr, rhs.version(b));
     } else {
       a.resize(M * K);
       w.resize(K * N);

@@ -247,7 +247,7 @@ constexpr bool fusable() {
   }
 }
 
-/// What the fused kernel's tile epilogue reads: t (the matmul's slot, its only temp, is t
+/// What the fused kernel's block epilogue reads: t (the matmul's slot, its only temp, is t
 /// itself) and the statement's leaves and scalars.
 struct fused_context {
   float* out;
@@ -262,13 +262,17 @@ void fused_epilogue(const void* p, std::size_t offset, std::size_t r0, std::size
   constexpr std::size_t N = E::shape_type::dims[E::shape_type::rank - 1];
   const auto* c = static_cast<const fused_context*>(p);
   kernels::simd::fp_env env;
+  if (c0 == 0 && cols == N) {  // whole rows: one range
+    loop_range<E, P>(c->root, c->out, offset + r0 * N, offset + (r0 + rows) * N);
+    return;
+  }
   for (std::size_t r = r0; r < r0 + rows; ++r) {
     const std::size_t i = offset + r * N + c0;
     loop_range<E, P>(c->root, c->out, i, i + cols);
   }
 }
 
-/// The fused kernel: matmul into t, then the root over each finished tile, in place.
+/// The fused kernel: matmul into t, then the root over each finished block, in place.
 template <class E>
 void run_fused(const bound& b, void* dst) {
   using Loc = std::remove_pointer_t<decltype(find_matmul<E, slots{}>())>;

@@ -52,6 +52,11 @@ struct matrix_view {
     return bf16 ? xtpu::detail::bf16_bits_to_float(static_cast<const std::uint16_t*>(data)[i])
                 : static_cast<const float*>(data)[i];
   }
+  /// The address of stored element i (counted in elements of the stored type).
+  const void* address(std::size_t i) const noexcept {
+    return bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(data) + i)
+                : static_cast<const void*>(static_cast<const float*>(data) + i);
+  }
   /// The value the MXU multiplies (flushed, rounded to bf16), as f32.
   float at(std::size_t r, std::size_t c) const noexcept { return xtpu::detail::mxu_operand(value(r, c)); }
   /// The same value as bf16 bits.
@@ -60,8 +65,10 @@ struct matrix_view {
   }
 };
 
-/// Work applied to each finished C tile while it is still in cache (bias, activation, ...):
-/// fn(ctx, row0, col0, rows, cols) on C rows [row0, row0+rows) x cols [col0, col0+cols).
+/// Work applied to each finished block of C while it is still in cache (bias, activation,
+/// an optimizer's update, ...): fn(ctx, row0, col0, rows, cols) on C rows [row0, row0+rows) x
+/// cols [col0, col0+cols). A block is a thread's mc rows by up to nc columns (blocking_for):
+/// whole rows, so what the epilogue reads beside C streams rather than jumping row to row.
 struct epilogue {
   void (*fn)(const void* ctx, std::size_t row0, std::size_t col0, std::size_t rows, std::size_t cols);
   const void* ctx;
@@ -185,46 +192,77 @@ __attribute__((target("avx2"))) inline void convert_run_avx2(const void* src, bo
   convert_scalar(src, bf16, 0, 1, i, n, swap, dst);
 }
 
-/// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (8 x 8 blocks in registers).
-__attribute__((target("avx2"))) inline void transpose_avx2(const float* src, std::size_t lds, std::size_t rows,
-                                                          std::size_t cols, float* dst, std::size_t ldd) noexcept {
-  std::size_t r0 = 0;
-  for (; r0 + 8 <= rows; r0 += 8) {
-    std::size_t c0 = 0;
-    for (; c0 + 8 <= cols; c0 += 8) {
-      __m256 x[8], y[8];
-      for (int k = 0; k < 8; ++k) x[k] = _mm256_loadu_ps(src + (r0 + k) * lds + c0);
+/// 8 source values from element i (f32, or bf16 widened) as f32 bits.
+__attribute__((target("avx2"))) inline __m256i load8(const void* src, bool bf16, std::size_t i) noexcept {
+  return bf16 ? _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(src) + i))), 16)
+              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const float*>(src) + i));
+}
+
+/// 8 contiguous source values from element i -> dst, converted.
+template <bool Bf16>
+__attribute__((target("avx2"))) inline void convert8_avx2(const void* src, std::size_t i, float* dst) noexcept {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), mxu_bits8(load8(src, Bf16, i)));
+}
+
+/// convert_transpose on AVX2: 8 x 8 blocks loaded, converted and transposed in registers,
+/// the rest one element at a time (convert_transpose's rule). The outer loop takes 8 source
+/// rows and the inner one walks along them: 8 sequential streams the prefetcher follows.
+template <bool Bf16>
+__attribute__((target("avx2"))) inline void convert_transpose_avx2(const void* src, std::size_t lds, std::size_t rows,
+                                                                  std::size_t cols, bool swap_rows, bool swap_cols,
+                                                                  float* dst, std::size_t ldd) noexcept {
+  const auto one = [&](std::size_t x, std::size_t y) {  // dst row x, col y
+    const std::size_t sx = swap_rows ? pair_order(x, rows) : x, sy = swap_cols ? pair_order(y, cols) : y;
+    convert_scalar(src, Bf16, sy * lds + sx, 1, 0, 1, false, dst + x * ldd + y);
+  };
+  std::size_t y0 = 0;
+  for (; y0 + 8 <= cols; y0 += 8) {
+    std::size_t x0 = 0;
+    for (; x0 + 8 <= rows; x0 += 8) {
+      __m256 v[8], w[8];
+      for (int k = 0; k < 8; ++k) v[k] = _mm256_castsi256_ps(mxu_bits8(load8(src, Bf16, (y0 + k) * lds + x0)));
       for (int k = 0; k < 8; k += 2) {
-        y[k] = _mm256_unpacklo_ps(x[k], x[k + 1]);
-        y[k + 1] = _mm256_unpackhi_ps(x[k], x[k + 1]);
+        w[k] = _mm256_unpacklo_ps(v[k], v[k + 1]);
+        w[k + 1] = _mm256_unpackhi_ps(v[k], v[k + 1]);
       }
       for (int k = 0; k < 8; k += 4) {
-        x[k] = _mm256_shuffle_ps(y[k], y[k + 2], 0x44);
-        x[k + 1] = _mm256_shuffle_ps(y[k], y[k + 2], 0xEE);
-        x[k + 2] = _mm256_shuffle_ps(y[k + 1], y[k + 3], 0x44);
-        x[k + 3] = _mm256_shuffle_ps(y[k + 1], y[k + 3], 0xEE);
+        v[k] = _mm256_shuffle_ps(w[k], w[k + 2], 0x44);
+        v[k + 1] = _mm256_shuffle_ps(w[k], w[k + 2], 0xEE);
+        v[k + 2] = _mm256_shuffle_ps(w[k + 1], w[k + 3], 0x44);
+        v[k + 3] = _mm256_shuffle_ps(w[k + 1], w[k + 3], 0xEE);
       }
-      for (int k = 0; k < 4; ++k) {  // x[k]: column k of rows 0-3 | column k + 4 of rows 0-3; x[k + 4]: rows 4-7
-        _mm256_storeu_ps(dst + (c0 + k) * ldd + r0, _mm256_permute2f128_ps(x[k], x[k + 4], 0x20));
-        _mm256_storeu_ps(dst + (c0 + k + 4) * ldd + r0, _mm256_permute2f128_ps(x[k], x[k + 4], 0x31));
+      for (int k = 0; k < 4; ++k) {  // v[k]: source column k of rows 0-3 | column k + 4; v[k + 4]: rows 4-7
+        w[k] = _mm256_permute2f128_ps(v[k], v[k + 4], 0x20);
+        w[k + 4] = _mm256_permute2f128_ps(v[k], v[k + 4], 0x31);
+      }
+      for (int k = 0; k < 8; ++k) {  // w[k]: dst row x0 + k, cols y0..y0+7
+        const __m256 r = swap_cols ? _mm256_permute_ps(w[k], 0xB1) : w[k];
+        _mm256_storeu_ps(dst + (x0 + (swap_rows ? k ^ 1 : k)) * ldd + y0, r);
       }
     }
-    for (; c0 < cols; ++c0)
-      for (std::size_t r = r0; r < r0 + 8; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
+    for (std::size_t x = x0; x < rows; ++x)
+      for (std::size_t y = y0; y < y0 + 8; ++y) one(x, y);
   }
-  for (; r0 < rows; ++r0)
-    for (std::size_t c = 0; c < cols; ++c) dst[c * ldd + r0] = src[r0 * lds + c];
+  for (std::size_t x = 0; x < rows; ++x)
+    for (std::size_t y = y0; y < cols; ++y) one(x, y);
 }
 #endif
 
-/// dst[c * ldd + r] = src[r * lds + c]: the one transpose packing uses.
-inline void transpose(const float* src, std::size_t lds, std::size_t rows, std::size_t cols, float* dst,
-                      std::size_t ldd) noexcept {
+/// dst[x * ldd + y] = the MXU value of src element (y', x') = src[y' * lds + x'], for x < rows,
+/// y < cols, where x' = swap_rows ? pair_order(x, rows) : x and y' likewise from y and cols:
+/// a transposed operand converted and laid out in one pass (pair order on either side).
+inline void convert_transpose(const void* src, bool bf16, std::size_t lds, std::size_t rows, std::size_t cols,
+                              bool swap_rows, bool swap_cols, float* dst, std::size_t ldd) noexcept {
 #if XTPU_X86
-  if (kernels::supported(isa::avx2)) return transpose_avx2(src, lds, rows, cols, dst, ldd);
+  if (kernels::supported(isa::avx2))
+    return bf16 ? convert_transpose_avx2<true>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd)
+                : convert_transpose_avx2<false>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd);
 #endif
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  for (std::size_t x = 0; x < rows; ++x)
+    for (std::size_t y = 0; y < cols; ++y) {
+      const std::size_t sx = swap_rows ? pair_order(x, rows) : x, sy = swap_cols ? pair_order(y, cols) : y;
+      convert_scalar(src, bf16, sy * lds + sx, 1, 0, 1, false, dst + x * ldd + y);
+    }
 }
 
 /// n operand values starting at element `base`, `step` apart -> dst as the MXU sees them;
@@ -233,13 +271,38 @@ inline void convert_run(const matrix_view& v, std::size_t base, std::size_t step
                         float* dst) noexcept {
 #if XTPU_X86
   if (step == 1 && kernels::supported(isa::avx2)) {
-    const void* src = v.bf16 ? static_cast<const void*>(static_cast<const std::uint16_t*>(v.data) + base)
-                             : static_cast<const void*>(static_cast<const float*>(v.data) + base);
+    const void* src = v.address(base);
     if (kernels::supported(isa::avx512)) return convert_run_avx512(src, v.bf16, n, swap, dst);
     return convert_run_avx2(src, v.bf16, n, swap, dst);
   }
 #endif
   convert_scalar(v.data, v.bf16, base, step, 0, n, swap, dst);
+}
+
+/// n contiguous operand values from element `base` -> panels nr wide: value j goes to
+/// dst[(j / nr) * pstride + j % nr] (one row of a packed B block, dealt out as it converts).
+inline void convert_to_panels(const matrix_view& v, std::size_t base, std::size_t n, std::size_t nr,
+                              std::size_t pstride, float* dst) noexcept {
+  const bool bf16 = v.bf16;
+  const void* src = v.address(base);
+#if XTPU_X86
+  const bool vec = nr % 8 == 0 && kernels::supported(isa::avx2);
+#else
+  constexpr bool vec = false;
+#endif
+  for (std::size_t p0 = 0; p0 < n; p0 += nr, dst += pstride) {
+    const std::size_t m = std::min(nr, n - p0);
+    std::size_t j = 0;
+#if XTPU_X86
+    if (vec) {
+      if (bf16)
+        for (; j + 8 <= m; j += 8) convert8_avx2<true>(src, p0 + j, dst + j);
+      else
+        for (; j + 8 <= m; j += 8) convert8_avx2<false>(src, p0 + j, dst + j);
+    }
+#endif
+    convert_scalar(src, bf16, p0, 1, j, m, false, dst);
+  }
 }
 
 /// bf16 pairs from two runs of converted values: low half from `even`, high half from `odd`.
@@ -262,11 +325,9 @@ inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::si
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
   if (!pairs && a.rs == 1 && a.cs != 1) {
     // a transposed tensor: A's columns are contiguous. The panels of mr rows one after the other
-    // are one row-major (rows, kc) matrix: convert each column (k in pair order), then transpose.
+    // are one row-major (rows, kc) matrix: converted and transposed in one pass, k in pair order.
     const std::size_t rows = (mc + mr - 1) / mr * mr;
-    line.resize(kc * mc);
-    for (std::size_t t = 0; t < kc; ++t) convert_run(a, i0 + (p0 + pair_order(t, kc)) * a.cs, 1, mc, false, line.data() + t * mc);
-    transpose(line.data(), mc, kc, mc, out, kc);
+    convert_transpose(a.address(i0 + p0 * a.cs), a.bf16, a.cs, mc, kc, false, true, out, kc);
     std::fill(out + mc * kc, out + rows * kc, 0.0f);
     return;
   }
@@ -301,17 +362,13 @@ inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::si
   row0.resize(nr);
   row1.resize(nr);
   if (!pairs && b.cs == 1) {
-    // rows of B are contiguous: convert each row of the block whole (one long run the
-    // prefetcher streams), then deal it out to the panels, nr values each
-    line.resize(nc);
+    // rows of B are contiguous: each row of the block converted whole (one long run the
+    // prefetcher streams) straight into the panels, nr values each
+    const std::size_t pad = (nr - nc % nr) % nr;
     for (std::size_t t = 0; t < kc; ++t) {
-      convert_run(b, (p0 + pair_order(t, kc)) * b.rs + j0, 1, nc, false, line.data());
-      for (std::size_t jp = 0; jp < nc; jp += nr) {
-        const std::size_t cols = std::min(nr, nc - jp);
-        float* dst = out + (jp / nr) * nr * slots + t * nr;
-        std::memcpy(dst, line.data() + jp, cols * sizeof(float));
-        std::fill(dst + cols, dst + nr, 0.0f);
-      }
+      float* row = out + t * nr;
+      convert_to_panels(b, (p0 + pair_order(t, kc)) * b.rs + j0, nc, nr, nr * slots, row);
+      if (pad) std::fill_n(row + (nc / nr) * nr * slots + nc % nr, pad, 0.0f);
     }
     return;
   }
@@ -331,11 +388,8 @@ inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::si
         }
         std::fill(dst + cols, dst + nr, 0.0f);
       }
-    } else if (!pairs && b.rs == 1) {  // columns are contiguous (a transposed tensor): convert, transpose
-      line.resize(nr * kc);
-      for (std::size_t c = 0; c < cols; ++c)
-        convert_run(b, p0 + (j0 + jp + c) * b.cs, 1, kc, /*swap*/ true, line.data() + c * kc);
-      transpose(line.data(), kc, cols, kc, panel, nr);
+    } else if (!pairs && b.rs == 1) {  // columns are contiguous (a transposed tensor): converted and transposed at once
+      convert_transpose(b.address(p0 + (j0 + jp) * b.cs), b.bf16, b.cs, kc, cols, true, false, panel, nr);
       for (std::size_t t = 0; t < kc; ++t) std::fill(panel + t * nr + cols, panel + t * nr + nr, 0.0f);
     } else {  // other strides, or bf16 pairs: convert columns, scatter
       line.resize(kc + 1);
@@ -389,6 +443,7 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2(std::size_t kc, const
     c50 = _mm256_loadu_ps(c + 5 * ldc), c51 = _mm256_loadu_ps(c + 5 * ldc + 8);
   }
   const float *a0 = a, *a1 = a + kc, *a2 = a + 2 * kc, *a3 = a + 3 * kc, *a4 = a + 4 * kc, *a5 = a + 5 * kc;
+#pragma GCC unroll 4
   for (std::size_t t = 0; t < kc; ++t, b += 16) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
     __m256 x = _mm256_broadcast_ss(a0 + t);
@@ -659,8 +714,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
           if (nc % bk.nr)
             tile(path, bk, kc, abuf.data(), bblock + full * bk.nr * slots, c + ic * ldc + jc + full * bk.nr, ldc, mc,
                  nc % bk.nr, pc == 0);
-          if (ep && last)
-            for (std::size_t jr = 0; jr < nc; jr += bk.nr) ep->fn(ep->ctx, ic, jc + jr, mc, std::min(bk.nr, nc - jr));
+          if (ep && last) ep->fn(ep->ctx, ic, jc, mc, nc);
           continue;
         }
 #endif
@@ -670,9 +724,10 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
             const float* ap = abuf.data() + (ir / bk.mr) * bk.mr * slots;
             tile(path, bk, kc, ap, bp, c + (ic + ir) * ldc + jc + jr, ldc, std::min(bk.mr, mc - ir),
                  std::min(bk.nr, nc - jr), pc == 0);
-            if (ep && last) ep->fn(ep->ctx, ic + ir, jc + jr, std::min(bk.mr, mc - ir), std::min(bk.nr, nc - jr));
           }
         }
+        // the finished block (mc rows of nc, in L2): whole rows stream through the epilogue
+        if (ep && last) ep->fn(ep->ctx, ic, jc, mc, nc);
       }
     }
   }
@@ -754,7 +809,7 @@ class packed_cache {
 
 /// c (M, N) f32 with row stride ldc = a (M, K) x b (K, N): one bf16 pass, DESIGN.md §4,
 /// on `path` with up to `threads` threads. The bits do not depend on either. `ep`, if given,
-/// runs on every finished tile (by the thread that computed it).
+/// runs on every finished block (by the thread that computed it).
 /// b_version: nonzero when b's values are identified by (b.data, b_version) — a tensor's
 /// storage version — so its packing may be cached (detail::packed_cache).
 inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M, std::size_t N,
