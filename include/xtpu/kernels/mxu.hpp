@@ -121,6 +121,18 @@ inline void convert_scalar(const void* src, bool bf16, std::size_t base, std::si
 }
 
 #if XTPU_X86
+/// MXCSR FTZ|DAZ for the scope of a SIMD pass or of packing (restored after).
+class flush_denormals {
+ public:
+  flush_denormals() noexcept : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
+  ~flush_denormals() { _mm_setcsr(saved_); }
+  flush_denormals(const flush_denormals&) = delete;
+  flush_denormals& operator=(const flush_denormals&) = delete;
+
+ private:
+  unsigned saved_;
+};
+
 /// 16 source values (f32, or bf16 widened) -> the MXU's f32 values (mxu_bits, 16 lanes).
 __attribute__((target("avx512f"))) inline __m512i mxu_bits16(__m512i u) noexcept {
   const __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
@@ -167,15 +179,17 @@ __attribute__((target("avx512f"))) inline void convert_run_avx512(const void* sr
 }
 
 /// 8 source values -> the MXU's f32 values (mxu_bits, 8 lanes; test_mxu checks it bit for bit).
+/// Under MXCSR DAZ only (a flush_denormals scope; every caller is inside pack_a or pack_b):
+/// x * 1 then turns a denormal into its signed zero and a signalling NaN into a quiet one, so
+/// what is left is RNE — with no rounding increment for a NaN, whose payload is truncated.
 __attribute__((target("avx2"))) inline __m256i mxu_bits8(__m256i u) noexcept {
-  const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), hi);  // RNE
-  r = _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), hi),
-                         _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7F800000)));  // NaN: quiet
-  return _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32(static_cast<int>(0x80000000u))),
-                            _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), mag));  // denormal: signed zero
+  __m256 one = _mm256_set1_ps(1.0f);
+  asm("" : "+x"(one));  // not foldable: x * 1 is not x under DAZ
+  const __m256i v = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(u), one));
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(1));
+  const __m256i inc = _mm256_andnot_si256(nan, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
+  return _mm256_and_si256(_mm256_add_epi32(v, inc), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
 }
 /// n contiguous values from src (f32 or bf16) -> dst, converted; swap: in pair order.
 __attribute__((target("avx2"))) inline void convert_run_avx2(const void* src, bool bf16, std::size_t n, bool swap,
@@ -321,6 +335,9 @@ inline void make_pairs(const float* even, const float* odd, std::size_t n, std::
 
 inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::size_t p0, std::size_t kc, std::size_t mr,
                    bool pairs, float* out) noexcept {
+#if XTPU_X86
+  const flush_denormals daz;  // mxu_bits8's premise
+#endif
   thread_local std::vector<float> line, odd;
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
   if (!pairs && a.rs == 1 && a.cs != 1) {
@@ -357,6 +374,9 @@ inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::si
 
 inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::size_t j0, std::size_t nc, std::size_t nr,
                    bool pairs, float* out) noexcept {
+#if XTPU_X86
+  const flush_denormals daz;  // mxu_bits8's premise
+#endif
   thread_local std::vector<float> row0, row1, line;
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
   row0.resize(nr);
@@ -604,17 +624,6 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::
 #undef XTPU_MXU_DECL
 #undef XTPU_MXU_ROWS
 
-/// MXCSR FTZ|DAZ for the scope of a SIMD pass (restored after).
-class flush_denormals {
- public:
-  flush_denormals() noexcept : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
-  ~flush_denormals() { _mm_setcsr(saved_); }
-  flush_denormals(const flush_denormals&) = delete;
-  flush_denormals& operator=(const flush_denormals&) = delete;
-
- private:
-  unsigned saved_;
-};
 #endif
 
 /// Runs the micro-kernel of `path` on one tile; partial tiles go through a local buffer.
