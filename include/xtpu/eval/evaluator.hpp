@@ -36,6 +36,7 @@ struct bound {
 /// The first leaf, scalar and temp slot of a subtree.
 struct slots {
   std::size_t leaf = 0, scalar = 0, temp = 0;
+  constexpr bool operator==(const slots&) const = default;
 };
 
 template <class N, std::size_t I>

@@ -406,57 +406,40 @@ constexpr bool loop_reads() {
   }
 }
 
-/// The slots of the child of the first reduction reached from E's loop whose child is worth
-/// keeping (it reads a reduction itself, has E's shape, is f32 and E's loop reads it too);
-/// `found` false if none. T: its type.
+/// The child of the first reduction reached from E's loop whose child is worth keeping (it
+/// reads a reduction itself, has E's shape, is f32 and E's loop reads it too): its type and
+/// its slots `at`; the type is void (found false) if there is none.
+template <class T = void>
 struct kept_at {
-  bool found = false;
+  using type = T;
+  static constexpr bool found = !std::is_void_v<T>;
   slots at{};
 };
 template <class E, class N, slots S>
-constexpr kept_at find_kept() {
+constexpr auto find_kept();
+template <class E, class N, slots S, std::size_t I>
+constexpr auto find_kept_in_children() {
+  if constexpr (I == children_count_v<N>) {
+    return kept_at<>{};
+  } else {
+    constexpr auto here = find_kept<E, child_t<N, I>, child_slots<N, S, I>>();
+    if constexpr (decltype(here)::found) return here;
+    else return find_kept_in_children<E, N, S, I + 1>();
+  }
+}
+template <class E, class N, slots S>
+constexpr auto find_kept() {
   if constexpr (is_reduce_v<N>) {
     using C = child_t<N, 0>;
     if constexpr (C::n_temps != 0 && std::is_same_v<typename C::shape_type, typename E::shape_type> &&
                   std::is_same_v<typename C::value_type, float> && loop_reads<E, C>())
-      return {true, child_slots<N, S, 0>};
+      return kept_at<C>{child_slots<N, S, 0>};
     else
-      return {};
+      return kept_at<>{};
   } else if constexpr (is_map_v<N> || is_reshape_v<N>) {
-    kept_at r{};
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((r.found ? void() : void(r = find_kept<E, child_t<N, I>, child_slots<N, S, I>>())), ...);
-    }(std::make_index_sequence<children_count_v<N>>{});
-    return r;
+    return find_kept_in_children<E, N, S, 0>();
   } else {
-    return {};
-  }
-}
-template <class N, slots S, slots Want>
-constexpr auto kept_type();
-template <class N, slots S, slots Want, std::size_t I>
-constexpr auto kept_in_children() {
-  if constexpr (I == children_count_v<N>) {
-    return std::type_identity<void>{};
-  } else {
-    using here = decltype(kept_type<child_t<N, I>, child_slots<N, S, I>, Want>());
-    if constexpr (!std::is_same_v<here, std::type_identity<void>>) return here{};
-    else return kept_in_children<N, S, Want, I + 1>();
-  }
-}
-/// The type of the child of the reduction (reached from N's loop) whose child sits at Want.
-template <class N, slots S, slots Want>
-constexpr auto kept_type() {
-  if constexpr (is_reduce_v<N>) {
-    constexpr slots c = child_slots<N, S, 0>;
-    if constexpr (c.leaf == Want.leaf && c.scalar == Want.scalar && c.temp == Want.temp)
-      return std::type_identity<child_t<N, 0>>{};
-    else
-      return std::type_identity<void>{};
-  } else if constexpr (is_map_v<N> || is_reshape_v<N>) {
-    return kept_in_children<N, S, Want, 0>();
-  } else {
-    return std::type_identity<void>{};
+    return kept_at<>{};
   }
 }
 
@@ -490,7 +473,7 @@ bool loop_reads_kept(const bound& b) noexcept {
 /// whose temp is one already written (`done`, `n_done`): the plan gives a common subexpression
 /// one place, so softmax's two copies of max(x) are reduced once. The reduction whose child
 /// sits at K.at writes its child's values to `keep` when keep is not null.
-template <class N, slots S, path P, kept_at K>
+template <class N, slots S, path P, auto K>
 void reduce_rows_of(const bound& b, std::size_t r0, std::size_t r1, const void** done, std::size_t& n_done,
                     float* keep) noexcept {
   if constexpr (N::n_temps != 0) {
@@ -499,7 +482,7 @@ void reduce_rows_of(const bound& b, std::size_t r0, std::size_t r1, const void**
     }(std::make_index_sequence<children_count_v<N>>{});
     if constexpr (is_reduce_v<N>) {
       constexpr slots c = child_slots<N, S, 0>;
-      constexpr bool keeper = K.found && c.leaf == K.at.leaf && c.scalar == K.at.scalar && c.temp == K.at.temp;
+      constexpr bool keeper = K.found && c == K.at;
       const void* at = b.temps[own_slots<N, S>.temp];
       if (!(keeper && keep) && std::find(done, done + n_done, at) != done + n_done) return;
       done[n_done++] = at;
@@ -521,11 +504,15 @@ void run_rows(const bound& b, void* dst) {
   using Sh = typename E::shape_type;
   using V = typename E::value_type;
   constexpr std::size_t C = Sh::dims[Sh::rank - 1], rows = Sh::size / C;
-  constexpr kept_at K = std::is_same_v<V, float> ? find_kept<E, E, slots{}>() : kept_at{};
-  using T = typename decltype(kept_type<E, slots{}, K.at>())::type;
+  constexpr auto K = [] {
+    if constexpr (std::is_same_v<V, float>) return find_kept<E, E, slots{}>();
+    else return kept_at<>{};
+  }();
+  using T = typename decltype(K)::type;
+  constexpr bool found = decltype(K)::found;
   auto* out = static_cast<V*>(dst);
   bool keeps = false;
-  if constexpr (K.found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b);
+  if constexpr (found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b);
   for_ranges(rows, std::max<std::size_t>(1, loop_grain / C), [&](std::size_t r0, std::size_t r1) {
     kernels::simd::fp_env env;
     kernels::simd::dispatch([&](auto p) {
@@ -534,7 +521,7 @@ void run_rows(const bound& b, void* dst) {
         const std::size_t e = std::min(r1, r + row_block<Sh>);
         std::array<const void*, E::n_temps> done{};
         std::size_t n_done = 0;
-        if constexpr (K.found) {
+        if constexpr (found) {
           if (keeps) {
             reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, out);
             loop_range<with_scratch_t<E, T>, P>(row_bound{b, out}, out, r * C, e * C);

@@ -120,6 +120,14 @@ inline void convert_scalar(const void* src, bool bf16, std::size_t base, std::si
   }
 }
 
+/// One element of convert_transpose: dst[x * ldd + y] (the rule is convert_transpose's).
+inline void convert_transposed_at(const void* src, bool bf16, std::size_t lds, std::size_t rows, std::size_t cols,
+                                  bool swap_rows, bool swap_cols, std::size_t x, std::size_t y, float* dst,
+                                  std::size_t ldd) noexcept {
+  const std::size_t sx = swap_rows ? pair_order(x, rows) : x, sy = swap_cols ? pair_order(y, cols) : y;
+  convert_scalar(src, bf16, sy * lds + sx, 1, 0, 1, false, dst + x * ldd + y);
+}
+
 #if XTPU_X86
 /// MXCSR FTZ|DAZ for the scope of a SIMD pass or of packing (restored after).
 class flush_denormals {
@@ -191,25 +199,22 @@ __attribute__((target("avx2"))) inline __m256i mxu_bits8(__m256i u) noexcept {
   const __m256i inc = _mm256_andnot_si256(nan, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
   return _mm256_and_si256(_mm256_add_epi32(v, inc), _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
 }
+/// 8 source values from element i (f32, or bf16 widened) as f32 bits.
+__attribute__((target("avx2"))) inline __m256i load8(const void* src, bool bf16, std::size_t i) noexcept {
+  return bf16 ? _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(src) + i))), 16)
+              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const float*>(src) + i));
+}
+
 /// n contiguous values from src (f32 or bf16) -> dst, converted; swap: in pair order.
 __attribute__((target("avx2"))) inline void convert_run_avx2(const void* src, bool bf16, std::size_t n, bool swap,
                                                             float* dst) noexcept {
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i u =
-        bf16 ? _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(src) + i))), 16)
-             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const float*>(src) + i));
-    __m256 v = _mm256_castsi256_ps(mxu_bits8(u));
+    __m256 v = _mm256_castsi256_ps(mxu_bits8(load8(src, bf16, i)));
     if (swap) v = _mm256_permute_ps(v, 0xB1);  // 1,0,3,2,...
     _mm256_storeu_ps(dst + i, v);
   }
   convert_scalar(src, bf16, 0, 1, i, n, swap, dst);
-}
-
-/// 8 source values from element i (f32, or bf16 widened) as f32 bits.
-__attribute__((target("avx2"))) inline __m256i load8(const void* src, bool bf16, std::size_t i) noexcept {
-  return bf16 ? _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(src) + i))), 16)
-              : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const float*>(src) + i));
 }
 
 /// 8 contiguous source values from element i -> dst, converted.
@@ -225,9 +230,8 @@ template <bool Bf16>
 __attribute__((target("avx2"))) inline void convert_transpose_avx2(const void* src, std::size_t lds, std::size_t rows,
                                                                   std::size_t cols, bool swap_rows, bool swap_cols,
                                                                   float* dst, std::size_t ldd) noexcept {
-  const auto one = [&](std::size_t x, std::size_t y) {  // dst row x, col y
-    const std::size_t sx = swap_rows ? pair_order(x, rows) : x, sy = swap_cols ? pair_order(y, cols) : y;
-    convert_scalar(src, Bf16, sy * lds + sx, 1, 0, 1, false, dst + x * ldd + y);
+  const auto one = [&](std::size_t x, std::size_t y) {
+    convert_transposed_at(src, Bf16, lds, rows, cols, swap_rows, swap_cols, x, y, dst, ldd);
   };
   std::size_t y0 = 0;
   for (; y0 + 8 <= cols; y0 += 8) {
@@ -273,10 +277,7 @@ inline void convert_transpose(const void* src, bool bf16, std::size_t lds, std::
                 : convert_transpose_avx2<false>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd);
 #endif
   for (std::size_t x = 0; x < rows; ++x)
-    for (std::size_t y = 0; y < cols; ++y) {
-      const std::size_t sx = swap_rows ? pair_order(x, rows) : x, sy = swap_cols ? pair_order(y, cols) : y;
-      convert_scalar(src, bf16, sy * lds + sx, 1, 0, 1, false, dst + x * ldd + y);
-    }
+    for (std::size_t y = 0; y < cols; ++y) convert_transposed_at(src, bf16, lds, rows, cols, swap_rows, swap_cols, x, y, dst, ldd);
 }
 
 /// n operand values starting at element `base`, `step` apart -> dst as the MXU sees them;
