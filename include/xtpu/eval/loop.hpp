@@ -19,6 +19,7 @@
 #include <array>
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 
 #include "xtpu/eval/elementwise.hpp"
 #include "xtpu/kernels/cpu.hpp"
@@ -122,13 +123,15 @@ float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) 
     for (std::size_t k = 0; k < n; ++k) lane[k % 16] = C::step(lane[k % 16], value(k));
   } else {
     using V = lanes_t<P>;
-    std::array<V, G> acc;
-    acc.fill(C::template identity<V>());
     std::size_t k = 0;
-    if (packets)
-      for (; k + 16 <= n; k += 16)
-        for (std::size_t g = 0; g < G; ++g) acc[g] = C::step(acc[g], V(packet(k + g * W)));
-    for (std::size_t g = 0; g < G; ++g) acc[g].store_unaligned(lane.data() + g * W);
+    // the G accumulators named one by one (an index_sequence, not a loop over an array): they
+    // stay in registers and the G packets of a step overlap
+    [&]<std::size_t... Gs>(std::index_sequence<Gs...>) {
+      V acc[G] = {(static_cast<void>(Gs), C::template identity<V>())...};
+      if (packets)
+        for (; k + 16 <= n; k += 16) ((acc[Gs] = C::step(acc[Gs], V(packet(k + Gs * W)))), ...);
+      (acc[Gs].store_unaligned(lane.data() + Gs * W), ...);
+    }(std::make_index_sequence<G>{});
     for (; k < n; ++k) lane[k % 16] = C::step(lane[k % 16], value(k));
   }
   return C::fold16(lane);

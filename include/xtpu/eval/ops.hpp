@@ -72,25 +72,26 @@ struct op_math<op::div> {  // true division: int32 operands are promoted to f32 
     return a / b;
   }
 };
-/// maximum/minimum: b where `b_wins` (b strictly larger/smaller), else a; a NaN operand wins
-/// over both (a's first) — the one NaN rule of both.
+/// maximum/minimum: a where `a_holds` (a >= b, a <= b: ordered, so false when b is NaN) or a
+/// is NaN, else b — a NaN operand wins over both (a's first), a tie keeps a: the one NaN rule
+/// of both, one compare, one NaN test and one blend per packet.
 template <class V, class M>
-V min_max_pick(V a, V b, M b_wins) noexcept {
-  if constexpr (is_int_v<V> || is_bool_v<V>) return b_wins ? b : a;
-  else return lanes::select(lanes::is_nan(a), a, lanes::select(lanes::is_nan(b), b, lanes::select(b_wins, b, a)));
+V min_max_pick(V a, V b, M a_holds) noexcept {
+  if constexpr (is_int_v<V> || is_bool_v<V>) return a_holds ? a : b;
+  else return lanes::select(a_holds || lanes::is_nan(a), a, b);
 }
 template <>
 struct op_math<op::maximum> {
   template <class V>
   static V f(V a, V b) noexcept {
-    return min_max_pick(a, b, a < b);
+    return min_max_pick(a, b, a >= b);
   }
 };
 template <>
 struct op_math<op::minimum> {
   template <class V>
   static V f(V a, V b) noexcept {
-    return min_max_pick(a, b, b < a);
+    return min_max_pick(a, b, a <= b);
   }
 };
 
@@ -139,7 +140,7 @@ struct op_math<op::relu> {
   template <class V>
   static V f(V a) noexcept {
     if constexpr (is_int_v<V> || is_bool_v<V>) return a > V{0} ? a : V{0};
-    else return lanes::select(lanes::is_nan(a), a, lanes::select(a > V(0.0f), a, V(0.0f)));
+    else return lanes::select(a <= V(0.0f), V(0.0f), a);  // NaN compares false: kept; -0 -> +0
   }
 };
 
