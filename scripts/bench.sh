@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs xtpu's benchmarks next to their peers and plots the matmul suite:
 #   build/gcc/benchmarks/matmul.csv, docs/img/matmul.png, and the tables on stdout;
-# the loop suite against a hand loop, op by op, xtensor + xsimd and PyTorch (the table of
-# docs/benchmarks.md, from build/gcc/benchmarks/loops.json and torch_loops.json);
+# the loop suite against a hand loop, op by op, xtensor + xsimd and PyTorch (the table and
+# docs/img/loops.png of docs/benchmarks.md, from build/gcc/benchmarks/loops.json and torch_loops.json);
 # the ulp table of docs/numerics.md (every 16th float); and, when the seeds' workload is
 # beside the project (../shared/workloads/mlp), xtpu vs PyTorch vs LibTorch on it.
 set -euo pipefail
@@ -16,6 +16,7 @@ cmake --build --preset gcc --target bench_mark_step bench_loops bench_matmul ulp
   --benchmark_out_format=json
 /usr/bin/python3 benchmarks/peers/torch_loops.py build/gcc/benchmarks/torch_loops.json
 /usr/bin/python3 scripts/loops_table.py build/gcc/benchmarks/loops.json build/gcc/benchmarks/torch_loops.json
+/usr/bin/python3 scripts/plot_loops.py docs/img/loops.png build/gcc/benchmarks/loops.json build/gcc/benchmarks/torch_loops.json
 ./build/gcc/benchmarks/bench_matmul --benchmark_color=false --csv=build/gcc/benchmarks/matmul.csv
 /usr/bin/python3 scripts/plot_matmul.py build/gcc/benchmarks/matmul.csv docs/img/matmul.png
 bash benchmarks/compile_time.sh
