@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Plots the loop suite of docs/benchmarks.md: for every workload, peer time / xtpu time against
-each peer (above 1, xtpu is faster), one panel per thread count, with the issue's targets drawn.
+each peer (above 1, xtpu is faster), one panel per thread count; lines at 1 and at 0.9 (the
+hand-loop target).
 
 Usage: plot_loops.py OUT.png FILE.json [FILE.json ...]   (bench_loops' and torch_loops.py's JSON)
 """
