@@ -717,25 +717,26 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
       for (std::size_t ic = m0; ic < m1; ic += bk.mc) {
         const std::size_t mc = std::min(bk.mc, m1 - ic);
         pack_a(a, ic, mc, pc, kc, bk.mr, pairs, abuf.data());
+        bool small_rows = false;
 #if XTPU_X86
-        if (path == isa::avx2 && mc < bk.mr) {  // fewer rows than a tile (batch-1 inference): all panels at once
+        small_rows = path == isa::avx2 && mc < bk.mr;
+        if (small_rows) {  // fewer rows than a tile (batch-1 inference): all panels at once
           const std::size_t full = nc / bk.nr;
           small_rows_avx2(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
           if (nc % bk.nr)
             tile(path, bk, kc, abuf.data(), bblock + full * bk.nr * slots, c + ic * ldc + jc + full * bk.nr, ldc, mc,
                  nc % bk.nr, pc == 0);
-          if (ep && last) ep->fn(ep->ctx, ic, jc, mc, nc);
-          continue;
         }
 #endif
-        for (std::size_t jr = 0; jr < nc; jr += bk.nr) {
-          const float* bp = bblock + (jr / bk.nr) * bk.nr * slots;
-          for (std::size_t ir = 0; ir < mc; ir += bk.mr) {
-            const float* ap = abuf.data() + (ir / bk.mr) * bk.mr * slots;
-            tile(path, bk, kc, ap, bp, c + (ic + ir) * ldc + jc + jr, ldc, std::min(bk.mr, mc - ir),
-                 std::min(bk.nr, nc - jr), pc == 0);
+        if (!small_rows)
+          for (std::size_t jr = 0; jr < nc; jr += bk.nr) {
+            const float* bp = bblock + (jr / bk.nr) * bk.nr * slots;
+            for (std::size_t ir = 0; ir < mc; ir += bk.mr) {
+              const float* ap = abuf.data() + (ir / bk.mr) * bk.mr * slots;
+              tile(path, bk, kc, ap, bp, c + (ic + ir) * ldc + jc + jr, ldc, std::min(bk.mr, mc - ir),
+                   std::min(bk.nr, nc - jr), pc == 0);
+            }
           }
-        }
         // the finished block (mc rows of nc, in L2): whole rows stream through the epilogue
         if (ep && last) ep->fn(ep->ctx, ic, jc, mc, nc);
       }
