@@ -44,6 +44,13 @@
 
 namespace xtpu::detail {
 
+class step;
+struct backward_state;
+/// The reverse-mode rule of a recorded statement (lazy/grad.hpp's vjp_entry<E>), or null for a
+/// statement gradients do not flow through (no floating leaf, recorded under no_grad, or itself
+/// a gradient statement).
+using vjp_fn = void (*)(step&, std::uint32_t, backward_state&);
+
 /// What recording `t = e` leaves in the step.
 struct statement {
   const kernel_desc* kernels;
@@ -51,6 +58,7 @@ struct statement {
   const kernel_desc* fused;  // the one-kernel matmul+epilogue alternative, or null
   std::uint32_t leaf_begin, n_leaves, scalar_begin, sig_begin;
   std::weak_ptr<storage> out;  // expired: nobody can see the result
+  vjp_fn vjp = nullptr;
 };
 
 /// The wiring code of a leaf: external tensor `n`, or the output of statement `p` of the step.

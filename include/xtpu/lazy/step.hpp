@@ -173,9 +173,10 @@ class step {
 
   std::size_t size() const noexcept { return stmts_.size(); }
 
-  /// Records `out = e`; returns the (pending) storage of the result. Strong guarantee.
+  /// Records `out = e` with its reverse-mode rule (null: none); returns the (pending) storage
+  /// of the result. Strong guarantee.
   template <class E>
-  std::shared_ptr<storage> record(const E& e) {
+  std::shared_ptr<storage> record(const E& e, vjp_fn vjp = nullptr) {
     const std::size_t l0 = leaves_.size(), s0 = scalars_.size(), g0 = signature_.size();
     const std::uint32_t x0 = n_external_;
     auto out = std::make_shared<storage>(*chip_);
@@ -190,7 +191,7 @@ class step {
       stmts_.push_back(statement{table.data(), static_cast<std::uint32_t>(table.size()),
                                  program<E>::has_fused ? fused.data() : nullptr,
                                  static_cast<std::uint32_t>(l0), static_cast<std::uint32_t>(leaves_.size() - l0),
-                                 static_cast<std::uint32_t>(s0), static_cast<std::uint32_t>(g0), out});
+                                 static_cast<std::uint32_t>(s0), static_cast<std::uint32_t>(g0), out, vjp});
     } catch (...) {
       leaves_.resize(l0);
       scalars_.resize(s0);
@@ -205,6 +206,13 @@ class step {
     out->owner.store(this, std::memory_order_release);
     return out;
   }
+
+  /// Statement i as recorded, and the leaves and scalars it captured (post-order, as
+  /// detail::collect hands them over). Recording another statement may move both arrays.
+  const statement& statement_at(std::size_t i) const noexcept { return stmts_[i]; }
+  const std::shared_ptr<storage>* leaves_of(const statement& st) const noexcept { return leaves_.data() + st.leaf_begin; }
+  const double* scalars_of(const statement& st) const noexcept { return scalars_.data() + st.scalar_begin; }
+  const std::uint64_t* origins_of(const statement& st) const noexcept { return origins_.data() + st.scalar_begin; }
 
   /// The plan of what is pending, as text (lazy/plan.hpp's dump), compiling it if it is not
   /// cached — so the next mark_step() of the same step is a cache hit. Runs nothing.

@@ -47,6 +47,33 @@ struct tensor_checks {
 template <class E>
 struct host_array;
 struct host_transfer;
+struct tensor_access;
+
+/// The reverse-mode rule of statements of type E (lazy/grad.hpp).
+template <class E>
+void vjp_entry(step& s, std::uint32_t stmt, backward_state& state);
+/// Gradients can flow through a statement that computes a floating value from tensors.
+template <class E>
+inline constexpr bool differentiable_v = is_floating_v<typename E::value_type> && (E::n_leaves > 0);
+/// Whether this thread records statements with their reverse-mode rule (xtpu::no_grad: not).
+inline bool& grad_enabled() noexcept {
+  thread_local bool on = true;
+  return on;
+}
+/// Whether statements recorded in this translation unit keep their reverse-mode rule: yes,
+/// unless XTPU_NO_AUTODIFF is defined (docs/training.md: a translation unit that never takes
+/// gradients compiles in about half the time). It is a template argument of the recording
+/// constructor, so translation units built either way link together, each as it was built.
+#ifdef XTPU_NO_AUTODIFF
+inline constexpr bool tape_default = false;
+#else
+inline constexpr bool tape_default = true;
+#endif
+/// The rule of a differentiable statement recorded where XTPU_NO_AUTODIFF was defined.
+[[noreturn]] inline void rule_not_compiled(step&, std::uint32_t, backward_state&) {
+  throw error("xtpu: grad: a statement on the loss's path was recorded in a translation unit built with "
+              "XTPU_NO_AUTODIFF, so it keeps no gradient rule; build that file without it");
+}
 
 /// Host copies up to this size are xt::xtensor_fixed (on the stack, no allocation); larger
 /// ones are heap-backed xt::xtensor, so a copy of any size fits any thread's stack.
@@ -107,12 +134,13 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   tensor& operator=(tensor&&) noexcept = default;
   ~tensor() = default;
 
-  /// Records `*this = e` in the pending step (nothing runs until mark_step or a sync).
-  template <detail::node E>
-  tensor(const E& e) : storage_(record(e)) {}
-  template <detail::node E>
+  /// Records `*this = e` in the pending step (nothing runs until mark_step or a sync), with
+  /// its reverse-mode rule (Tape: detail::tape_default, never given by hand).
+  template <detail::node E, bool Tape = detail::tape_default>
+  tensor(const E& e) : storage_(record<Tape>(e)) {}
+  template <detail::node E, bool Tape = detail::tape_default>
   tensor& operator=(const E& e) {
-    storage_ = record(e);  // the old value stays alive for statements that read it
+    storage_ = record<Tape>(e);  // the old value stays alive for statements that read it
     return *this;
   }
   /// A tensor of another type: always an error (E102 shape, E205 dtype).
@@ -179,12 +207,22 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
     static_assert(std::is_same_v<S, xt::xshape<Dims...>>,
                   "xtpu E501 host: the host array's shape differs from the tensor's");
   }
-  template <class E>
+  template <bool Tape, class E>
   static std::shared_ptr<detail::storage> record(const E& e) {
     check::assign<typename E::shape_type, shape_type>();
     check::assign_dtype<typename E::value_type, T>();
-    return detail::step_for(e).record(e);
+    detail::vjp_fn vjp = nullptr;  // null: gradients do not flow through (not floating, no tensor, no_grad)
+    if constexpr (detail::differentiable_v<E>) {
+      if constexpr (Tape) vjp = &detail::vjp_entry<E>;
+      else vjp = &detail::rule_not_compiled;
+      if (!detail::grad_enabled()) vjp = nullptr;
+    }
+    return detail::step_for(e).record(e, vjp);
   }
+  friend struct detail::tensor_access;
+  struct adopt_tag {};
+  /// The tensor whose value is s (lazy/grad.hpp: gradients and the values a rule reads).
+  tensor(adopt_tag, std::shared_ptr<detail::storage> s) noexcept : storage_(std::move(s)) {}
   /// A fresh storage with a buffer of this tensor's size on d.
   static std::shared_ptr<detail::storage> make_storage(const xtpu::device& d, std::string_view what) {
     settings::check_environment();
@@ -371,3 +409,5 @@ std::ostream& operator<<(std::ostream& os, const tensor<T, Dims...>& t) {
 }
 
 }  // namespace xtpu
+
+#include "xtpu/lazy/grad.hpp"  // the reverse-mode rules every taped statement points to

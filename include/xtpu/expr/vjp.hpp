@@ -1,0 +1,296 @@
+// xtpu/expr/vjp.hpp — reverse mode, node by node: the vector-Jacobian product of every node
+// kind, written as expressions (so a gradient fuses, fingerprints and caches like any statement).
+//
+// Provides: detail::vjp<Offset>(n, g, sink) — given g, the gradient of n's value, hands
+// `sink(index_constant<Offset + i>, leaf, gi)` the gradient of every floating leaf i under n
+// (leaves numbered in post-order, as detail::collect hands them to a step); subtrees with no
+// leaf the sink wants (`sink.wants(first, last)`) are skipped at run time, and no gradient
+// flows through a value that is not floating (int32, bool). detail::fit_to<Shape>(g) — a
+// gradient of a broadcast shape summed (and, for a smaller one, broadcast) back to Shape.
+// Shape rule: the gradient handed to a node has exactly that node's shape (fit_to).
+// Rules that pick one operand follow the forward rule exactly (docs/training.md): maximum and
+// minimum send g to the operand they returned (a NaN operand wins, the first of a tie), relu and
+// abs give 0 at 0, a max reduction shares g evenly among the elements equal to the maximum.
+// Errors: xtpu::error naming the op for a node whose gradient is not written yet (gelu), thrown
+// only when a wanted gradient flows into it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include "xtpu/expr/generators.hpp"
+#include "xtpu/expr/layout.hpp"
+#include "xtpu/expr/ops.hpp"
+
+namespace xtpu::detail {
+
+template <std::size_t I>
+using index_constant = std::integral_constant<std::size_t, I>;
+
+// ---- fit_to: a gradient back to its operand's shape ---------------------------------------
+
+/// The first axis where G (same rank as T) has an extent > 1 and T has 1, or T::rank.
+template <class G, class T>
+constexpr std::size_t summed_axis() {
+  for (std::size_t i = 0; i < T::rank; ++i)
+    if (G::dims[i] != 1 && T::dims[i] == 1) return i;
+  return T::rank;
+}
+
+/// S with Extra leading extents of 1.
+template <class S, std::size_t Extra>
+struct prepend_ones_holder {
+  static constexpr auto make() {
+    dims_t<S::rank + Extra> r{};
+    for (std::size_t i = 0; i < r.size(); ++i) r[i] = i < Extra ? 1 : S::dims[i - Extra];
+    return r;
+  }
+  static constexpr auto value = make();
+};
+
+template <class S, std::size_t... D>
+constexpr auto reshape_to(S&& e, extents<D...>) {
+  return reshape<D...>(std::forward<S>(e));
+}
+
+/// g summed over its broadcast axes (leading ones; those where Target has extent 1), then
+/// broadcast up where Target is larger: the gradient of an operand that was broadcast to g's shape.
+template <class Target, class G>
+constexpr auto fit_to(G&& g) {
+  using N = node_t<G>;
+  using S = typename N::shape_type;
+  if constexpr (std::is_same_v<S, Target>) {
+    return as_node(std::forward<G>(g));
+  } else if constexpr (S::rank > Target::rank) {
+    return fit_to<Target>(sum<0>(std::forward<G>(g)));
+  } else if constexpr (S::rank < Target::rank) {  // leading 1s, then as below
+    using One = to_extents_t<prepend_ones_holder<S, Target::rank - S::rank>>;
+    return fit_to<Target>(reshape_to(std::forward<G>(g), One{}));
+  } else if constexpr (constexpr std::size_t ax = summed_axis<S, Target>(); ax < Target::rank) {
+    return fit_to<Target>(reshape_to(sum<static_cast<int>(ax)>(std::forward<G>(g)), set_axis_t<S, ax, 1>{}));
+  } else {  // S broadcasts to Target
+    using T = typename N::value_type;
+    return std::forward<G>(g) + generator<full_gen, T, Target>{{}, {0.0}};
+  }
+}
+
+// ---- the walk ----------------------------------------------------------------------------
+
+template <class N>
+struct vjp_rule;  // one per node kind, below
+
+/// Hands sink the gradients of the leaves under n, given g (n's shape, or one that fits it).
+template <std::size_t Offset, class N, class G, class Sink>
+void vjp(const N& n, G&& g, Sink& sink) {
+  if constexpr (is_floating_v<typename N::value_type> && N::n_leaves > 0) {
+    if (!sink.wants(Offset, Offset + N::n_leaves)) return;
+    vjp_rule<N>::template apply<Offset>(n, fit_to<typename N::shape_type>(std::forward<G>(g)), sink);
+  }
+}
+
+/// Leaf index of the first leaf of child K of a node at Offset.
+template <std::size_t Offset, std::size_t K, class... C>
+constexpr std::size_t child_offset() {
+  constexpr std::array<std::size_t, sizeof...(C) + 1> n{C::n_leaves..., 0};
+  std::size_t o = Offset;
+  for (std::size_t i = 0; i < K; ++i) o += n[i];
+  return o;
+}
+
+/// vjp of child K of n (children in n.args), whose gradient is gk.
+template <std::size_t Offset, std::size_t K, class N, class G, class Sink>
+void push(const N& n, G&& gk, Sink& sink) {
+  using Args = std::remove_cvref_t<decltype(n.args)>;
+  constexpr std::size_t off = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return child_offset<Offset, K, std::tuple_element_t<I, Args>...>();
+  }(std::make_index_sequence<std::tuple_size_v<Args>>{});
+  vjp<off>(std::get<K>(n.args), std::forward<G>(gk), sink);
+}
+
+[[noreturn]] inline void no_gradient_rule(const char* op) {
+  throw error(std::string("xtpu: no gradient is written for ") + op +
+              " yet; detach the value (compute it under xtpu::no_grad) or write the op from others");
+}
+
+// ---- leaves, scalars, generators ----------------------------------------------------------
+
+template <class Tensor, bool Owned>
+struct vjp_rule<leaf<Tensor, Owned>> {
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const leaf<Tensor, Owned>& n, G&& g, Sink& sink) {
+    sink(index_constant<Offset>{}, n, std::forward<G>(g));
+  }
+};
+
+// ---- elementwise ---------------------------------------------------------------------------
+
+template <class Op, class... C>
+struct vjp_rule<map<Op, C...>> {
+  using N = map<Op, C...>;
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const N& n, const G& g, Sink& sink) {
+    const auto& a = std::get<0>(n.args);
+    if constexpr (std::is_same_v<Op, arithmetic<op::add>>) {
+      push<Offset, 0>(n, g, sink);
+      push<Offset, 1>(n, g, sink);
+    } else if constexpr (std::is_same_v<Op, arithmetic<op::sub>>) {
+      push<Offset, 0>(n, g, sink);
+      push<Offset, 1>(n, -g, sink);
+    } else if constexpr (std::is_same_v<Op, arithmetic<op::mul>>) {
+      const auto& b = std::get<1>(n.args);
+      push<Offset, 0>(n, g * b, sink);
+      push<Offset, 1>(n, g * a, sink);
+    } else if constexpr (std::is_same_v<Op, arithmetic<op::div>>) {
+      const auto& b = std::get<1>(n.args);
+      push<Offset, 0>(n, g / b, sink);
+      push<Offset, 1>(n, -(g * a) / (b * b), sink);
+    } else if constexpr (std::is_same_v<Op, arithmetic<op::maximum>> || std::is_same_v<Op, arithmetic<op::minimum>>) {
+      // the forward rule (eval/ops.hpp min_max_pick): a is returned iff a >= b (a <= b) or a is NaN
+      const auto& b = std::get<1>(n.args);
+      auto a_holds = [&] {
+        if constexpr (std::is_same_v<Op, arithmetic<op::maximum>>) return a >= b;
+        else return a <= b;
+      }();
+      push<Offset, 0>(n, where(a_holds, g, where(a == a, 0.0f, g)), sink);
+      push<Offset, 1>(n, where(a_holds, 0.0f, where(a == a, g, 0.0f)), sink);
+    } else if constexpr (std::is_same_v<Op, where_op>) {
+      const auto& m = std::get<0>(n.args);
+      push<Offset, 1>(n, where(m, g, 0.0f), sink);
+      push<Offset, 2>(n, where(m, 0.0f, g), sink);
+    } else if constexpr (std::is_same_v<Op, cast_op<typename N::value_type>>) {
+      push<Offset, 0>(n, g, sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::neg>>) {
+      push<Offset, 0>(n, -g, sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::abs>>) {
+      push<Offset, 0>(n, where(a > 0.0f, g, where(a < 0.0f, -g, 0.0f)), sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::relu>>) {
+      push<Offset, 0>(n, where(a > 0.0f, g, 0.0f), sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::exp>>) {
+      push<Offset, 0>(n, g * exp(a), sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::log>>) {
+      push<Offset, 0>(n, g / a, sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::sqrt>>) {
+      push<Offset, 0>(n, g / (sqrt(a) * 2.0f), sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::rsqrt>>) {  // d x^-1/2 = -x^-1/2 / 2x
+      push<Offset, 0>(n, -(g * rsqrt(a)) / (a * 2.0f), sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::tanh>>) {
+      auto t = tanh(a);
+      push<Offset, 0>(n, g * (1.0f - t * t), sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::sigmoid>>) {
+      auto s = sigmoid(a);
+      push<Offset, 0>(n, g * (s * (1.0f - s)), sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::gelu>>) {
+      no_gradient_rule("gelu");
+    } else {
+      static_assert(!sizeof(Op), "xtpu: an elementwise op without a gradient rule (expr/vjp.hpp)");
+    }
+  }
+};
+
+// ---- views ----------------------------------------------------------------------------------
+
+template <class Shape, class C>
+struct vjp_rule<reshape_node<Shape, C>> {
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const reshape_node<Shape, C>& n, const G& g, Sink& sink) {
+    push<Offset, 0>(n, reshape_to(g, typename C::shape_type{}), sink);
+  }
+};
+
+template <class C, std::size_t... Perm>
+struct vjp_rule<permute_node<C, Perm...>> {
+  static constexpr auto inverse() {
+    constexpr std::array<std::size_t, sizeof...(Perm)> p{Perm...};
+    std::array<std::size_t, sizeof...(Perm)> inv{};
+    for (std::size_t d = 0; d < p.size(); ++d) inv[p[d]] = d;
+    return inv;
+  }
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const permute_node<C, Perm...>& n, const G& g, Sink& sink) {
+    constexpr auto inv = inverse();
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      push<Offset, 0>(n, permute<inv[I]...>(g), sink);
+    }(std::make_index_sequence<sizeof...(Perm)>{});
+  }
+};
+
+template <std::size_t Axis, std::size_t Begin, std::size_t End, class C>
+struct vjp_rule<slice_node<Axis, Begin, End, C>> {
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const slice_node<Axis, Begin, End, C>& n, const G& g, Sink& sink) {
+    constexpr std::size_t extent = extent_v<typename C::shape_type, Axis>;
+    push<Offset, 0>(n, pad<static_cast<int>(Axis), Begin, extent - End>(g, 0.0), sink);
+  }
+};
+
+template <std::size_t Axis, std::size_t Before, std::size_t After, class C>
+struct vjp_rule<pad_node<Axis, Before, After, C>> {
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const pad_node<Axis, Before, After, C>& n, const G& g, Sink& sink) {
+    constexpr std::size_t extent = extent_v<typename C::shape_type, Axis>;
+    push<Offset, 0>(n, slice<static_cast<int>(Axis), Before, Before + extent>(g), sink);
+  }
+};
+
+template <std::size_t Axis, class... C>
+struct vjp_rule<concat_node<Axis, C...>> {
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const concat_node<Axis, C...>& n, const G& g, Sink& sink) {
+    static constexpr std::array<std::size_t, sizeof...(C)> ext{extent_v<typename C::shape_type, Axis>...};
+    static constexpr auto begin = [] {
+      std::array<std::size_t, sizeof...(C)> b{};
+      for (std::size_t k = 1; k < b.size(); ++k) b[k] = b[k - 1] + ext[k - 1];
+      return b;
+    }();
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (push<Offset, K>(n, slice<static_cast<int>(Axis), begin[K], begin[K] + ext[K]>(g), sink), ...);
+    }(std::make_index_sequence<sizeof...(C)>{});
+  }
+};
+
+// ---- materialized ----------------------------------------------------------------------------
+
+/// (.., M, K) x (.., K, N): dL = g rhs^T, dR = lhs^T g at the product's precision (batch axes
+/// that were broadcast are summed by fit_to).
+template <precision Prec, class L, class R>
+struct vjp_rule<matmul_node<Prec, L, R>> {
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const matmul_node<Prec, L, R>& n, const G& g, Sink& sink) {
+    const auto& [l, r] = n.args;
+    push<Offset, 0>(n, matmul<Prec>(g, transpose(r)), sink);
+    push<Offset, 1>(n, matmul<Prec>(transpose(l), g), sink);
+  }
+};
+
+template <class Op, int Axis, class C>
+struct vjp_rule<reduce_node<Op, Axis, C>> {
+  using S = typename C::shape_type;
+  /// The reduced value with its axis back as extent 1 (a full reduction: rank 0 broadcasts).
+  template <class V>
+  static constexpr auto kept(V&& v) {
+    if constexpr (Axis == all_axes) return as_node(std::forward<V>(v));
+    else return reshape_to(std::forward<V>(v), set_axis_t<S, normalize_axis_v<S, Axis>, 1>{});
+  }
+  static constexpr std::size_t count = Axis == all_axes ? S::size : S::dims[normalize_axis_v<S, Axis>];
+
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const reduce_node<Op, Axis, C>& n, const G& g, Sink& sink) {
+    const auto& x = std::get<0>(n.args);
+    if constexpr (std::is_same_v<Op, sum_op>) {
+      push<Offset, 0>(n, kept(g), sink);
+    } else if constexpr (std::is_same_v<Op, mean_op>) {
+      push<Offset, 0>(n, kept(g) / static_cast<float>(count), sink);
+    } else {  // max: shared evenly among the elements equal to the maximum (torch.amax)
+      auto at_max = cast<float>(x == kept(n));
+      auto ties = [&] {
+        if constexpr (Axis == all_axes) return sum(at_max);
+        else return sum<Axis>(at_max);
+      }();
+      push<Offset, 0>(n, at_max * (kept(g) / kept(ties)), sink);
+    }
+  }
+};
+
+}  // namespace xtpu::detail

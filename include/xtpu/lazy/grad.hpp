@@ -1,0 +1,266 @@
+// xtpu/lazy/grad.hpp — reverse-mode gradients over the pending step.
+//
+// Provides: xtpu::grad(loss, x...) (the gradients of a one-element floating loss with respect
+// to tensors x..., as a std::tuple of tensors of x's types, recorded as statements of the same
+// step: they fuse, cache and run at mark_step like any other), xtpu::no_grad (a scope whose
+// statements gradients do not flow through), and in detail vjp_entry<E> (the reverse-mode rule
+// a statement of type E points to, taking expr/vjp.hpp's node rules through a whole statement)
+// and tensor_access (tensors made from a storage; statements recorded without a rule).
+// How (docs/training.md): every statement recorded outside no_grad that computes a floating
+// value from tensors keeps a pointer to its rule — no allocation, nothing run. grad() walks the
+// step's statements from the loss's back to the first, keeping only those whose value depends
+// on some x (found in one forward pass over the wiring), and records, for each, the gradient of
+// each operand that leads to an x; gradients of a tensor read twice are summed in the order the
+// walk meets them. A tensor no path reaches gets zeros.
+// Shape rule: each gradient has its tensor's shape and dtype (broadcast axes summed).
+// Errors: E601 (the loss is not one floating element), E602 (a gradient with respect to an
+// int32/bool tensor); xtpu::error when the loss is not pending in this thread's step (computed
+// by an earlier mark_step: its graph is gone) or a gradient would flow into an op without a rule
+// (expr/vjp.hpp) — the gradient statements recorded until then are dropped at the next mark_step.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "xtpu/expr/vjp.hpp"
+#include "xtpu/lazy/tensor.hpp"
+
+namespace xtpu::detail {
+
+struct tensor_access {
+  template <class Tensor>
+  static Tensor adopt(std::shared_ptr<storage> s) noexcept {
+    return Tensor(typename Tensor::adopt_tag{}, std::move(s));
+  }
+  /// Records `t = e` in step s with no reverse-mode rule (a gradient statement).
+  template <class Tensor, class E>
+  static Tensor record_untaped(step& s, const E& e) {
+    check::assign<typename E::shape_type, typename Tensor::shape_type>();
+    check::assign_dtype<typename E::value_type, typename Tensor::value_type>();
+    return adopt<Tensor>(s.record(e, nullptr));
+  }
+};
+
+/// What grad() keeps while it walks: the step, which statements depend on an x, the targets
+/// and the gradient of each value met so far.
+struct backward_state {
+  step& s;
+  std::vector<char> reach;                 // per statement (before the walk): depends on a target
+  std::vector<const storage*> targets;     // the x's
+  std::unordered_map<const storage*, std::shared_ptr<storage>> grads;
+
+  /// Does the gradient of this value lead anywhere grad() was asked about?
+  bool wanted(const storage& v) const {
+    for (const storage* t : targets)
+      if (t == &v) return true;
+    return v.owner.load(std::memory_order_relaxed) == &s && v.producer < reach.size() && reach[v.producer];
+  }
+  /// Adds gradient contribution e to value v's (a tensor of type Tensor).
+  template <class Tensor, class E>
+  void accumulate(const std::shared_ptr<storage>& v, const E& e) {
+    using T = typename Tensor::value_type;
+    auto as_t = [&] {
+      if constexpr (std::is_same_v<typename E::value_type, T>) return e;
+      else return cast<T>(e);
+    };
+    auto [it, fresh] = grads.try_emplace(v.get());
+    if (fresh) it->second = tensor_access::record_untaped<Tensor>(s, as_t()).storage_ptr();
+    else it->second = tensor_access::record_untaped<Tensor>(s, tensor_access::adopt<Tensor>(it->second) + as_t()).storage_ptr();
+  }
+};
+
+// ---- a recorded statement, rebuilt from what the step captured ---------------------------------
+
+/// Reads a statement's captures in the order detail::collect gave them (post-order).
+struct capture_cursor {
+  const std::shared_ptr<storage>* leaves;
+  const double* scalars;
+  const std::uint64_t* origins;
+  double scalar() {
+    ++origins;
+    return *scalars++;
+  }
+};
+
+/// owned<N>::make(c): node N again, its tensors held by value (the values the statement read).
+template <class N>
+struct owned;
+template <class N>
+using owned_t = typename owned<N>::type;
+
+template <class Tensor, bool O>
+struct owned<leaf<Tensor, O>> {
+  using type = leaf<Tensor, true>;
+  static type make(capture_cursor& c) { return type{{}, tensor_access::adopt<Tensor>(*c.leaves++), 0}; }
+};
+template <class T>
+struct owned<scalar<T>> {
+  using type = scalar<T>;
+  static type make(capture_cursor& c) {
+    const std::uint64_t origin = *c.origins;  // kept: the copy shares the original's slot
+    return type{{}, c.scalar(), origin};
+  }
+};
+template <class Gen, class T, class S>
+struct owned<generator<Gen, T, S>> {
+  using type = generator<Gen, T, S>;
+  static type make(capture_cursor& c) {
+    type g{};
+    for (double& p : g.params) p = c.scalar();
+    return g;
+  }
+};
+template <class Op, class... C>
+struct owned<map<Op, C...>> {
+  using type = map<Op, owned_t<C>...>;
+  static type make(capture_cursor& c) { return type{{}, {owned<C>::make(c)...}}; }  // in order
+};
+template <class S, class C>
+struct owned<reshape_node<S, C>> {
+  using type = reshape_node<S, owned_t<C>>;
+  static type make(capture_cursor& c) { return type{{}, {owned<C>::make(c)}}; }
+};
+template <class C, std::size_t... P>
+struct owned<permute_node<C, P...>> {
+  using type = permute_node<owned_t<C>, P...>;
+  static type make(capture_cursor& c) { return type{{}, {owned<C>::make(c)}}; }
+};
+template <precision Prec, class L, class R>
+struct owned<matmul_node<Prec, L, R>> {
+  using type = matmul_node<Prec, owned_t<L>, owned_t<R>>;
+  static type make(capture_cursor& c) { return type{{}, {owned<L>::make(c), owned<R>::make(c)}}; }
+};
+template <class Op, int Axis, class C>
+struct owned<reduce_node<Op, Axis, C>> {
+  using type = reduce_node<Op, Axis, owned_t<C>>;
+  static type make(capture_cursor& c) { return type{{}, {owned<C>::make(c)}}; }
+};
+template <std::size_t Axis, std::size_t B, std::size_t E, class C>
+struct owned<slice_node<Axis, B, E, C>> {
+  using type = slice_node<Axis, B, E, owned_t<C>>;
+  static type make(capture_cursor& c) { return type{{}, {owned<C>::make(c)}}; }
+};
+template <std::size_t Axis, std::size_t B, std::size_t A, class C>
+struct owned<pad_node<Axis, B, A, C>> {
+  using type = pad_node<Axis, B, A, owned_t<C>>;
+  static type make(capture_cursor& c) {
+    auto child = owned<C>::make(c);  // the child's captures, then the node's own value
+    return type{{}, {std::move(child)}, c.scalar()};
+  }
+};
+template <std::size_t Axis, class... C>
+struct owned<concat_node<Axis, C...>> {
+  using type = concat_node<Axis, owned_t<C>...>;
+  static type make(capture_cursor& c) { return type{{}, {owned<C>::make(c)...}}; }
+};
+
+/// Where expr/vjp.hpp's walk hands each leaf's gradient: summed into the value it read.
+template <std::size_t N>
+struct leaf_sink {
+  backward_state& state;
+  const std::array<std::shared_ptr<storage>, N>& leaves;
+  const std::array<char, N>& want;
+
+  bool wants(std::size_t first, std::size_t last) const {
+    for (std::size_t i = first; i < last; ++i)
+      if (want[i]) return true;
+    return false;
+  }
+  template <std::size_t I, class Tensor, bool O, class G>
+  void operator()(index_constant<I>, const leaf<Tensor, O>&, const G& g) {
+    if constexpr (is_floating_v<typename Tensor::value_type>)
+      if (want[I]) state.template accumulate<Tensor>(leaves[I], as_node(g));
+  }
+};
+
+/// The reverse-mode rule of statement `t = e` (E): records the gradients of the values e read
+/// that lead to a target, given t's gradient (in state.grads).
+template <class E>
+void vjp_entry(step& s, std::uint32_t stmt, backward_state& state) {
+  constexpr std::size_t n = E::n_leaves;
+  const statement& st = s.statement_at(stmt);
+  std::array<std::shared_ptr<storage>, n> leaves;
+  std::array<char, n> want{};
+  const auto* captured = s.leaves_of(st);
+  for (std::size_t i = 0; i < n; ++i) {
+    leaves[i] = captured[i];
+    want[i] = state.wanted(*leaves[i]);
+  }
+  const auto out = st.out.lock();
+  capture_cursor c{s.leaves_of(st), s.scalars_of(st), s.origins_of(st)};
+  const auto node = owned<E>::make(c);  // before recording anything: recording moves the captures
+  using out_t = tensor_for_t<typename E::value_type, typename E::shape_type>;
+  const out_t g = tensor_access::adopt<out_t>(state.grads.at(out.get()));
+  leaf_sink<n> sink{state, leaves, want};
+  vjp<0>(node, g, sink);
+}
+
+}  // namespace xtpu::detail
+
+namespace xtpu {
+
+/// Statements recorded in this scope (on this thread) are constants to xtpu::grad: no gradient
+/// flows through them (torch.no_grad). Scopes nest.
+class no_grad {
+ public:
+  no_grad() noexcept : was_(detail::grad_enabled()) { detail::grad_enabled() = false; }
+  ~no_grad() { detail::grad_enabled() = was_; }
+  no_grad(const no_grad&) = delete;
+  no_grad& operator=(const no_grad&) = delete;
+
+ private:
+  bool was_;
+};
+
+/// The gradients of loss (one floating element, pending in this thread's step) with respect to
+/// x..., recorded in the same step: a std::tuple with one tensor per x, of x's type.
+template <class Loss, class... X>
+  requires(detail::tensor_like<Loss> && (detail::tensor_like<X> && ...))
+std::tuple<X...> grad(const Loss& loss, const X&... x) {
+  static_assert(Loss::size == 1 && is_floating_v<typename Loss::value_type>,
+                "xtpu E601 grad: the loss must be one floating element: reduce it first (sum, mean)");
+  static_assert((is_floating_v<typename X::value_type> && ...),
+                "xtpu E602 grad: gradients exist only for float and bf16 tensors");
+  const auto& ls = loss.storage_ptr();
+  detail::step& s = detail::step::of(*ls->dev);
+  if (ls->owner.load(std::memory_order_acquire) != &s)
+    throw error("xtpu: grad: the loss is not pending in this thread's step (a mark_step or a read ran it, and its "
+                "graph with it); record the loss and call grad before mark_step");
+  detail::backward_state state{s, {}, {x.storage_ptr().get()...}, {}};
+
+  // which statements depend on an x: one pass over the wiring, in program order
+  const std::size_t n0 = ls->producer + 1;
+  state.reach.assign(n0, 0);
+  for (std::size_t i = 0; i < n0; ++i) {
+    const auto& st = s.statement_at(i);
+    const auto* leaves = s.leaves_of(st);
+    for (std::uint32_t l = 0; l < st.n_leaves && !state.reach[i]; ++l) state.reach[i] = state.wanted(*leaves[l]);
+  }
+
+  using loss_t = Loss;
+  state.grads.emplace(ls.get(), detail::tensor_access::record_untaped<loss_t>(
+                                    s, generator<detail::full_gen, typename Loss::value_type, typename Loss::shape_type>{
+                                           {}, {1.0}}).storage_ptr());
+  for (std::size_t i = n0; i-- > 0;) {
+    if (!state.reach[i]) continue;
+    const auto& st = s.statement_at(i);
+    const detail::vjp_fn rule = st.vjp;
+    const auto out = st.out.lock();
+    if (!rule || !out || !state.grads.contains(out.get())) continue;
+    rule(s, static_cast<std::uint32_t>(i), state);
+  }
+
+  auto result = [&]<class T>(const T& t) {
+    if (auto it = state.grads.find(t.storage_ptr().get()); it != state.grads.end())
+      return detail::tensor_access::adopt<T>(it->second);
+    return detail::tensor_access::record_untaped<T>(
+        s, generator<detail::full_gen, typename T::value_type, typename T::shape_type>{{}, {0.0}});
+  };
+  return std::tuple<X...>{result(x)...};
+}
+
+}  // namespace xtpu

@@ -1,0 +1,49 @@
+// Test helpers for gradients: central finite differences of a float64 host function, and a
+// comparison that names the first element out of tolerance.
+#pragma once
+
+#include "reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace xtpu_test {
+
+/// d f / d x_i at x, by central differences in float64 (step h relative to |x_i|, at least h).
+inline std::vector<double> numeric_grad(std::vector<double> x, const std::function<double(const std::vector<double>&)>& f,
+                                        double h = 1e-6) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i], step = h * std::max(1.0, std::abs(x0));
+    x[i] = x0 + step;
+    const double up = f(x);
+    x[i] = x0 - step;
+    const double down = f(x);
+    x[i] = x0;
+    g[i] = (up - down) / (2 * step);
+  }
+  return g;
+}
+
+/// Every |got - want| <= atol + rtol |want|; the failure names the first element that is not.
+inline ::testing::AssertionResult all_near(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                                           double atol) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  std::size_t bad = 0, first = got.size();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]))) {
+      if (first == got.size()) first = i;
+      ++bad;
+    }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements differ; first at " << first
+                                       << ": got " << got[first] << ", want " << want[first];
+}
+
+inline std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+}  // namespace xtpu_test

@@ -1,0 +1,182 @@
+// xtpu::grad: the elementwise, reduction and softmax rules against float64 central differences
+// (the rules that pick: against the rule as worded), broadcasting, where and casts, bf16
+// tensors, no_grad, tensors no path reaches, errors (test_grad_step.cpp: layout ops, matmul,
+// named statements, compile once).
+#include "grad_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+using namespace xtpu_test;
+using xtpu::tensor;
+
+namespace {
+
+double sigmoid_d(double x) { return 1 / (1 + std::exp(-x)); }
+
+TEST(Grad, ElementwiseOpsAndBroadcastMatchFiniteDifferences) {
+  const auto av = values(20, 1), bv0 = values(4, 2, 0.5f), cv = values(5, 3);
+  std::vector<float> bv(4);
+  for (std::size_t i = 0; i < 4; ++i) bv[i] = 1.0f + bv0[i];  // in [0.5, 1.5): a divisor
+  auto a = device<float, 4, 5>(av);
+  auto b = device<float, 4, 1>(bv);
+  auto c = device<float, 5>(cv);
+  tensor<float> loss = xtpu::sum(xtpu::tanh(a * b + c) * a - xtpu::sigmoid(a / b)) + xtpu::sum(xtpu::exp(c * 0.5f));
+  auto [da, db, dc] = xtpu::grad(loss, a, b, c);
+  xtpu::mark_step();
+
+  auto f = [](const std::vector<double>& A, const std::vector<double>& B, const std::vector<double>& C) {
+    double s = 0;
+    for (std::size_t i = 0; i < 4; ++i)
+      for (std::size_t j = 0; j < 5; ++j) {
+        const double x = A[i * 5 + j];
+        s += std::tanh(x * B[i] + C[j]) * x - sigmoid_d(x / B[i]);
+      }
+    for (double x : C) s += std::exp(x * 0.5);
+    return s;
+  };
+  const auto A = widen(av), B = widen(bv), C = widen(cv);
+  EXPECT_TRUE(all_near(host(da), numeric_grad(A, [&](const auto& x) { return f(x, B, C); }), 1e-4, 1e-5));
+  EXPECT_TRUE(all_near(host(db), numeric_grad(B, [&](const auto& x) { return f(A, x, C); }), 1e-4, 1e-5));
+  EXPECT_TRUE(all_near(host(dc), numeric_grad(C, [&](const auto& x) { return f(A, B, x); }), 1e-4, 1e-5));
+}
+
+TEST(Grad, UnaryOpsOnTheirDomainMatchFiniteDifferences) {
+  auto xv = values(12, 4, 0.75f);
+  for (auto& v : xv) v += 1.25f;  // in [0.5, 2)
+  auto x = device<float, 3, 4>(xv);
+  tensor<float> loss = xtpu::sum(xtpu::log(x) * xtpu::sqrt(x) + xtpu::rsqrt(x) - xtpu::abs(x - 1.0f) * (-x));
+  auto [dx] = xtpu::grad(loss, x);
+  xtpu::mark_step();
+  auto f = [](const std::vector<double>& X) {
+    double s = 0;
+    for (double v : X) s += std::log(v) * std::sqrt(v) + 1 / std::sqrt(v) - std::abs(v - 1) * (-v);
+    return s;
+  };
+  EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
+}
+
+TEST(Grad, MaximumMinimumAndReluSendTheGradientWhereTheValueCameFrom) {
+  // maximum returns a when a >= b (a tie keeps the first operand), minimum when a <= b; relu'(0) = 0
+  auto a = device<float, 4>({1, 2, 2, -1}), b = device<float, 4>({2, 2, 1, -1});
+  auto w = device<float, 4>({1, 2, 3, 4});
+  auto x = device<float, 3>({-1, 0, 2});
+  tensor<float> l1 = xtpu::sum(xtpu::maximum(a, b) * w), l2 = xtpu::sum(xtpu::minimum(a, b) * w),
+                l3 = xtpu::sum(xtpu::relu(x));
+  auto [da1, db1] = xtpu::grad(l1, a, b);
+  auto [da2, db2] = xtpu::grad(l2, a, b);
+  auto [dx] = xtpu::grad(l3, x);
+  xtpu::mark_step();
+  EXPECT_EQ(host(da1), (std::vector<double>{0, 2, 3, 4}));
+  EXPECT_EQ(host(db1), (std::vector<double>{1, 0, 0, 0}));
+  EXPECT_EQ(host(da2), (std::vector<double>{1, 2, 0, 4}));
+  EXPECT_EQ(host(db2), (std::vector<double>{0, 0, 3, 0}));
+  EXPECT_EQ(host(dx), (std::vector<double>{0, 0, 1}));
+}
+
+TEST(Grad, ReductionsMatchFiniteDifferencesAndMaxSharesTies) {
+  const auto xv = values(12, 5), w3 = values(3, 6), w4 = values(4, 7);
+  auto x = device<float, 3, 4>(xv);
+  auto u = device<float, 3>(w3);
+  auto v = device<float, 4>(w4);
+  tensor<float> loss = xtpu::sum(xtpu::mean<1>(x) * u) + xtpu::sum(xtpu::max<0>(x) * v) + xtpu::mean(x * x);
+  auto [dx] = xtpu::grad(loss, x);
+  auto t = device<float, 1, 3>({1, 3, 3});
+  tensor<float> lt = xtpu::max(t);
+  auto [dt] = xtpu::grad(lt, t);
+  xtpu::mark_step();
+  auto f = [&](const std::vector<double>& X) {
+    double s = 0;
+    for (std::size_t i = 0; i < 3; ++i) {
+      double m = 0;
+      for (std::size_t j = 0; j < 4; ++j) m += X[i * 4 + j] / 4;
+      s += m * w3[i];
+    }
+    for (std::size_t j = 0; j < 4; ++j) {
+      double m = -1e300;
+      for (std::size_t i = 0; i < 3; ++i) m = std::max(m, X[i * 4 + j]);
+      s += m * w4[j];
+    }
+    for (double e : X) s += e * e / 12;
+    return s;
+  };
+  EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
+  EXPECT_EQ(host(dt), (std::vector<double>{0, 0.5, 0.5}));
+}
+
+TEST(Grad, SoftmaxAndLogSoftmaxMatchFiniteDifferences) {
+  const auto xv = values(15, 8, 3.0f), wv = values(15, 9);
+  auto x = device<float, 3, 5>(xv);
+  auto w = device<float, 3, 5>(wv);
+  tensor<float> loss = xtpu::sum(xtpu::log_softmax<1>(x) * w) + xtpu::sum(xtpu::softmax<0>(x) * w);
+  auto [dx] = xtpu::grad(loss, x);
+  xtpu::mark_step();
+  auto f = [&](const std::vector<double>& X) {
+    double s = 0;
+    for (std::size_t i = 0; i < 3; ++i) {  // log_softmax over rows
+      double lse = 0;
+      for (std::size_t j = 0; j < 5; ++j) lse += std::exp(X[i * 5 + j]);
+      for (std::size_t j = 0; j < 5; ++j) s += (X[i * 5 + j] - std::log(lse)) * wv[i * 5 + j];
+    }
+    for (std::size_t j = 0; j < 5; ++j) {  // softmax over columns
+      double z = 0;
+      for (std::size_t i = 0; i < 3; ++i) z += std::exp(X[i * 5 + j]);
+      for (std::size_t i = 0; i < 3; ++i) s += std::exp(X[i * 5 + j]) / z * wv[i * 5 + j];
+    }
+    return s;
+  };
+  EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
+}
+
+TEST(Grad, WhereCastAndBf16Tensors) {
+  auto x = device<float, 4>({-2, -0.5f, 0.5f, 3});
+  auto y = device<xtpu::bf16, 3>({1.5f, -2, 0.25f});
+  tensor<float> l1 = xtpu::sum(xtpu::where(x > 0.0f, x * x, -x));
+  tensor<float> l2 = xtpu::sum(xtpu::cast<float>(y) * xtpu::cast<float>(y) * 3.0f);
+  auto [dx] = xtpu::grad(l1, x);
+  auto [dy] = xtpu::grad(l2, y);
+  static_assert(std::is_same_v<decltype(dy), tensor<xtpu::bf16, 3>>);
+  xtpu::mark_step();
+  EXPECT_EQ(host(dx), (std::vector<double>{-1, -1, 1, 6}));
+  EXPECT_EQ(host(dy), (std::vector<double>{9, -12, 1.5}));
+}
+
+TEST(Grad, NoGradUnreachedTensorsAndTheLossItself) {
+  auto x = device<float, 4>({1, 2, 3, 4});
+  auto z = device<float, 4>({5, 6, 7, 8});
+  tensor<float, 4> c;
+  {
+    xtpu::no_grad scope;
+    c = x * 2.0f;  // a constant to grad
+  }
+  tensor<float> loss = xtpu::sum(c * x);
+  auto [dx, dz, dl, dx2] = xtpu::grad(loss, x, z, loss, x);
+  xtpu::mark_step();
+  EXPECT_EQ(host(dx), (std::vector<double>{2, 4, 6, 8}));  // c, not 4x
+  EXPECT_EQ(host(dz), (std::vector<double>{0, 0, 0, 0}));
+  EXPECT_EQ(host(dl), (std::vector<double>{1}));
+  EXPECT_EQ(host(dx2), host(dx));
+}
+
+TEST(Grad, ErrorsNameTheCauseAndLoseNothing) {
+  auto x = device<float, 4>({1, 2, 3, 4});
+  tensor<float> done = xtpu::sum(x * x);
+  xtpu::mark_step();
+  EXPECT_THROW((void)xtpu::grad(done, x), xtpu::error);  // its graph ran with the step
+
+  tensor<float, 4> g = xtpu::gelu(x);
+  tensor<float> loss = xtpu::sum(g * x);
+  try {
+    (void)xtpu::grad(loss, x);
+    ADD_FAILURE() << "no error for gelu";
+  } catch (const xtpu::error& e) {
+    EXPECT_NE(std::string(e.what()).find("gelu"), std::string::npos) << e.what();
+  }
+  EXPECT_NEAR(loss.item(), 1.0 * 0.8413447 + 2 * 1.9544997 + 3 * 2.9959502 + 4 * 3.9998733, 1e-3);
+  EXPECT_EQ(host(x), (std::vector<double>{1, 2, 3, 4}));
+}
+
+}  // namespace
