@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace xtpu_test {
@@ -27,6 +28,17 @@ inline std::vector<double> numeric_grad(std::vector<double> x, const std::functi
     g[i] = (up - down) / (2 * step);
   }
   return g;
+}
+
+/// d f(args...) / d args[K]: numeric_grad of f in its argument K, the others held.
+template <std::size_t K, class F, class... V>
+std::vector<double> numeric_grad_at(const F& f, const V&... args) {
+  const std::tuple<V...> held{args...};
+  return numeric_grad(std::get<K>(held), [&](const std::vector<double>& x) {
+    auto at = held;
+    std::get<K>(at) = x;
+    return std::apply(f, at);
+  });
 }
 
 /// Every |got - want| <= atol + rtol |want|; the failure names the first element that is not.

@@ -39,9 +39,9 @@ TEST(Grad, ElementwiseOpsAndBroadcastMatchFiniteDifferences) {
     return s;
   };
   const auto A = widen(av), B = widen(bv), C = widen(cv);
-  EXPECT_TRUE(all_near(host(da), numeric_grad(A, [&](const auto& x) { return f(x, B, C); }), 1e-4, 1e-5));
-  EXPECT_TRUE(all_near(host(db), numeric_grad(B, [&](const auto& x) { return f(A, x, C); }), 1e-4, 1e-5));
-  EXPECT_TRUE(all_near(host(dc), numeric_grad(C, [&](const auto& x) { return f(A, B, x); }), 1e-4, 1e-5));
+  EXPECT_TRUE(all_near(host(da), numeric_grad_at<0>(f, A, B, C), 1e-4, 1e-5));
+  EXPECT_TRUE(all_near(host(db), numeric_grad_at<1>(f, A, B, C), 1e-4, 1e-5));
+  EXPECT_TRUE(all_near(host(dc), numeric_grad_at<2>(f, A, B, C), 1e-4, 1e-5));
 }
 
 TEST(Grad, UnaryOpsOnTheirDomainMatchFiniteDifferences) {

@@ -98,9 +98,9 @@ TEST(Grad, FlowsThroughNamedStatementsAndReassignedTensors) {
     return s;
   };
   const auto W1 = widen(w1v), B1 = widen(b1v), W2 = widen(w2v);
-  EXPECT_TRUE(all_near(host(dw1), numeric_grad(W1, [&](const auto& v) { return f(v, B1, W2); }), 1e-4, 1e-6));
-  EXPECT_TRUE(all_near(host(db1), numeric_grad(B1, [&](const auto& v) { return f(W1, v, W2); }), 1e-4, 1e-6));
-  EXPECT_TRUE(all_near(host(dw2), numeric_grad(W2, [&](const auto& v) { return f(W1, B1, v); }), 1e-4, 1e-6));
+  EXPECT_TRUE(all_near(host(dw1), numeric_grad_at<0>(f, W1, B1, W2), 1e-4, 1e-6));
+  EXPECT_TRUE(all_near(host(db1), numeric_grad_at<1>(f, W1, B1, W2), 1e-4, 1e-6));
+  EXPECT_TRUE(all_near(host(dw2), numeric_grad_at<2>(f, W1, B1, W2), 1e-4, 1e-6));
 }
 
 TEST(Grad, ATrainingStepCompilesOnceWhateverTheLearningRate) {

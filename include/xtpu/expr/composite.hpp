@@ -11,13 +11,11 @@
 namespace xtpu {
 
 namespace detail {
-/// A reduction's result with the reduced axis put back as extent 1, to broadcast against x.
-template <int Axis, class R, class S>
+/// A reduction along Axis of a value of shape S, with the reduced axis put back as extent 1,
+/// to broadcast against the value.
+template <int Axis, class S, class R>
 constexpr auto keep_axis(R&& reduced) {
-  using K = set_axis_t<S, normalize_axis_v<S, Axis>, 1>;
-  return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return reshape<K::dims[I]...>(std::forward<R>(reduced));
-  }(std::make_index_sequence<K::rank>{});
+  return reshape_to(std::forward<R>(reduced), set_axis_t<S, normalize_axis_v<S, Axis>, 1>{});
 }
 
 template <int Axis, class E>
@@ -25,7 +23,7 @@ constexpr auto softmax_parts(E&& e) {
   using S = typename node_t<E>::shape_type;
   check::axis<S, Axis>();
   auto x = cast<float>(std::forward<E>(e));
-  auto shifted = x - keep_axis<Axis, decltype(max<Axis>(x)), S>(max<Axis>(x));
+  auto shifted = x - keep_axis<Axis, S>(max<Axis>(x));
   return shifted;
 }
 }  // namespace detail
@@ -36,7 +34,7 @@ constexpr auto softmax(E&& e) {
   using S = typename detail::node_t<E>::shape_type;
   using T = typename detail::node_t<E>::value_type;
   auto ex = exp(detail::softmax_parts<Axis>(std::forward<E>(e)));
-  auto total = detail::keep_axis<Axis, decltype(sum<Axis>(ex)), S>(sum<Axis>(ex));
+  auto total = detail::keep_axis<Axis, S>(sum<Axis>(ex));
   return cast<std::conditional_t<is_floating_v<T>, T, float>>(ex / total);
 }
 
@@ -46,7 +44,7 @@ constexpr auto log_softmax(E&& e) {
   using S = typename detail::node_t<E>::shape_type;
   using T = typename detail::node_t<E>::value_type;
   auto shifted = detail::softmax_parts<Axis>(std::forward<E>(e));
-  auto lse = detail::keep_axis<Axis, decltype(sum<Axis>(exp(shifted))), S>(sum<Axis>(exp(shifted)));
+  auto lse = detail::keep_axis<Axis, S>(sum<Axis>(exp(shifted)));
   return cast<std::conditional_t<is_floating_v<T>, T, float>>(shifted - log(lse));
 }
 

@@ -25,4 +25,11 @@ struct normal_gen {
   static constexpr std::size_t n_params = 3;
 };
 
+/// Every element of Shape equal to v: the node full<T, D...> records (and a gradient's seed,
+/// zeros and broadcasts, expr/vjp.hpp and lazy/grad.hpp).
+template <class T, class Shape>
+constexpr generator<full_gen, T, Shape> full_node(double v) {
+  return {{}, {v}};
+}
+
 }  // namespace xtpu::detail

@@ -232,6 +232,14 @@ constexpr auto reshape(E&& e) {
   return reshape_node<extents<Dims...>, C>{{}, {detail::as_node(std::forward<E>(e))}};
 }
 
+namespace detail {
+/// reshape to the extents of a shape type: reshape_to(e, extents<2, 3>{}).
+template <class E, std::size_t... D>
+constexpr auto reshape_to(E&& e, extents<D...>) {
+  return reshape<D...>(std::forward<E>(e));
+}
+}  // namespace detail
+
 /// Axes reordered: result axis d is operand axis Perm[d].
 template <std::size_t... Perm, expression E>
 constexpr auto permute(E&& e) {

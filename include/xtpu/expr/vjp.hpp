@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "xtpu/expr/composite.hpp"
 #include "xtpu/expr/generators.hpp"
 #include "xtpu/expr/layout.hpp"
 #include "xtpu/expr/ops.hpp"
@@ -50,11 +51,6 @@ struct prepend_ones_holder {
   static constexpr auto value = make();
 };
 
-template <class S, std::size_t... D>
-constexpr auto reshape_to(S&& e, extents<D...>) {
-  return reshape<D...>(std::forward<S>(e));
-}
-
 /// g summed over its broadcast axes (leading ones; those where Target has extent 1), then
 /// broadcast up where Target is larger: the gradient of an operand that was broadcast to g's shape.
 template <class Target, class G>
@@ -72,7 +68,7 @@ constexpr auto fit_to(G&& g) {
     return fit_to<Target>(reshape_to(sum<static_cast<int>(ax)>(std::forward<G>(g)), set_axis_t<S, ax, 1>{}));
   } else {  // S broadcasts to Target
     using T = typename N::value_type;
-    return std::forward<G>(g) + generator<full_gen, T, Target>{{}, {0.0}};
+    return std::forward<G>(g) + full_node<T, Target>(0.0);
   }
 }
 
@@ -271,7 +267,7 @@ struct vjp_rule<reduce_node<Op, Axis, C>> {
   template <class V>
   static constexpr auto kept(V&& v) {
     if constexpr (Axis == all_axes) return as_node(std::forward<V>(v));
-    else return reshape_to(std::forward<V>(v), set_axis_t<S, normalize_axis_v<S, Axis>, 1>{});
+    else return keep_axis<Axis, S>(std::forward<V>(v));
   }
   static constexpr std::size_t count = Axis == all_axes ? S::size : S::dims[normalize_axis_v<S, Axis>];
 

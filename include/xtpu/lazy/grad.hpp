@@ -39,9 +39,7 @@ struct tensor_access {
   /// Records `t = e` in step s with no reverse-mode rule (a gradient statement).
   template <class Tensor, class E>
   static Tensor record_untaped(step& s, const E& e) {
-    check::assign<typename E::shape_type, typename Tensor::shape_type>();
-    check::assign_dtype<typename E::value_type, typename Tensor::value_type>();
-    return adopt<Tensor>(s.record(e, nullptr));
+    return adopt<Tensor>(Tensor::record_in(s, e, nullptr));
   }
 };
 
@@ -178,9 +176,9 @@ struct leaf_sink {
 };
 
 /// The reverse-mode rule of statement `t = e` (E): records the gradients of the values e read
-/// that lead to a target, given t's gradient (in state.grads).
+/// that lead to a target, given t's gradient gt.
 template <class E>
-void vjp_entry(step& s, std::uint32_t stmt, backward_state& state) {
+void vjp_entry(step& s, std::uint32_t stmt, const std::shared_ptr<storage>& gt, backward_state& state) {
   constexpr std::size_t n = E::n_leaves;
   const statement& st = s.statement_at(stmt);
   std::array<std::shared_ptr<storage>, n> leaves;
@@ -190,11 +188,10 @@ void vjp_entry(step& s, std::uint32_t stmt, backward_state& state) {
     leaves[i] = captured[i];
     want[i] = state.wanted(*leaves[i]);
   }
-  const auto out = st.out.lock();
-  capture_cursor c{s.leaves_of(st), s.scalars_of(st), s.origins_of(st)};
+  capture_cursor c{captured, s.scalars_of(st), s.origins_of(st)};
   const auto node = owned<E>::make(c);  // before recording anything: recording moves the captures
   using out_t = tensor_for_t<typename E::value_type, typename E::shape_type>;
-  const out_t g = tensor_access::adopt<out_t>(state.grads.at(out.get()));
+  const out_t g = tensor_access::adopt<out_t>(gt);
   leaf_sink<n> sink{state, leaves, want};
   vjp<0>(node, g, sink);
 }
@@ -241,24 +238,25 @@ std::tuple<X...> grad(const Loss& loss, const X&... x) {
     for (std::uint32_t l = 0; l < st.n_leaves && !state.reach[i]; ++l) state.reach[i] = state.wanted(*leaves[l]);
   }
 
-  using loss_t = Loss;
-  state.grads.emplace(ls.get(), detail::tensor_access::record_untaped<loss_t>(
-                                    s, generator<detail::full_gen, typename Loss::value_type, typename Loss::shape_type>{
-                                           {}, {1.0}}).storage_ptr());
+  state.grads.emplace(ls.get(), detail::tensor_access::record_untaped<Loss>(
+                                    s, detail::full_node<typename Loss::value_type, typename Loss::shape_type>(1.0))
+                                    .storage_ptr());
   for (std::size_t i = n0; i-- > 0;) {
     if (!state.reach[i]) continue;
     const auto& st = s.statement_at(i);
     const detail::vjp_fn rule = st.vjp;
     const auto out = st.out.lock();
-    if (!rule || !out || !state.grads.contains(out.get())) continue;
-    rule(s, static_cast<std::uint32_t>(i), state);
+    const auto g = out ? state.grads.find(out.get()) : state.grads.end();
+    if (!rule || g == state.grads.end()) continue;
+    const std::shared_ptr<detail::storage> gt = g->second;  // the rule adds to grads: no iterator kept
+    rule(s, static_cast<std::uint32_t>(i), gt, state);
   }
 
   auto result = [&]<class T>(const T& t) {
     if (auto it = state.grads.find(t.storage_ptr().get()); it != state.grads.end())
       return detail::tensor_access::adopt<T>(it->second);
     return detail::tensor_access::record_untaped<T>(
-        s, generator<detail::full_gen, typename T::value_type, typename T::shape_type>{{}, {0.0}});
+        s, detail::full_node<typename T::value_type, typename T::shape_type>(0.0));
   };
   return std::tuple<X...>{result(x)...};
 }

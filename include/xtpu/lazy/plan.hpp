@@ -46,10 +46,10 @@ namespace xtpu::detail {
 
 class step;
 struct backward_state;
-/// The reverse-mode rule of a recorded statement (lazy/grad.hpp's vjp_entry<E>), or null for a
-/// statement gradients do not flow through (no floating leaf, recorded under no_grad, or itself
-/// a gradient statement).
-using vjp_fn = void (*)(step&, std::uint32_t, backward_state&);
+/// The reverse-mode rule of a recorded statement (lazy/grad.hpp's vjp_entry<E>: given the
+/// statement's number and the gradient of its result), or null for a statement gradients do not
+/// flow through (no floating leaf, recorded under no_grad, or itself a gradient statement).
+using vjp_fn = void (*)(step&, std::uint32_t, const std::shared_ptr<storage>&, backward_state&);
 
 /// What recording `t = e` leaves in the step.
 struct statement {

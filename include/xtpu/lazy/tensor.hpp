@@ -51,7 +51,7 @@ struct tensor_access;
 
 /// The reverse-mode rule of statements of type E (lazy/grad.hpp).
 template <class E>
-void vjp_entry(step& s, std::uint32_t stmt, backward_state& state);
+void vjp_entry(step& s, std::uint32_t stmt, const std::shared_ptr<storage>& g, backward_state& state);
 /// Gradients can flow through a statement that computes a floating value from tensors.
 template <class E>
 inline constexpr bool differentiable_v = is_floating_v<typename E::value_type> && (E::n_leaves > 0);
@@ -70,7 +70,7 @@ inline constexpr bool tape_default = false;
 inline constexpr bool tape_default = true;
 #endif
 /// The rule of a differentiable statement recorded where XTPU_NO_AUTODIFF was defined.
-[[noreturn]] inline void rule_not_compiled(step&, std::uint32_t, backward_state&) {
+[[noreturn]] inline void rule_not_compiled(step&, std::uint32_t, const std::shared_ptr<storage>&, backward_state&) {
   throw error("xtpu: grad: a statement on the loss's path was recorded in a translation unit built with "
               "XTPU_NO_AUTODIFF, so it keeps no gradient rule; build that file without it");
 }
@@ -209,15 +209,20 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   }
   template <bool Tape, class E>
   static std::shared_ptr<detail::storage> record(const E& e) {
-    check::assign<typename E::shape_type, shape_type>();
-    check::assign_dtype<typename E::value_type, T>();
     detail::vjp_fn vjp = nullptr;  // null: gradients do not flow through (not floating, no tensor, no_grad)
     if constexpr (detail::differentiable_v<E>) {
       if constexpr (Tape) vjp = &detail::vjp_entry<E>;
       else vjp = &detail::rule_not_compiled;
       if (!detail::grad_enabled()) vjp = nullptr;
     }
-    return detail::step_for(e).record(e, vjp);
+    return record_in(detail::step_for(e), e, vjp);
+  }
+  /// Records `t = e` in step s with rule vjp (the shape and dtype checks of every assignment).
+  template <class E>
+  static std::shared_ptr<detail::storage> record_in(detail::step& s, const E& e, detail::vjp_fn vjp) {
+    check::assign<typename E::shape_type, shape_type>();
+    check::assign_dtype<typename E::value_type, T>();
+    return s.record(e, vjp);
   }
   friend struct detail::tensor_access;
   struct adopt_tag {};
@@ -272,7 +277,7 @@ auto node_base<D>::to_host() const {
 
 template <class T, std::size_t... Dims>
 tensor<T, Dims...> full(T value) {
-  return generator<detail::full_gen, T, extents<Dims...>>{{}, {static_cast<double>(static_cast<compute_t<T>>(value))}};
+  return detail::full_node<T, extents<Dims...>>(static_cast<double>(static_cast<compute_t<T>>(value)));
 }
 template <class T, std::size_t... Dims>
 tensor<T, Dims...> zeros() {
