@@ -13,6 +13,8 @@ set(allowed_kernels top dtype)
 set(allowed_expr top shape dtype fingerprint)
 set(allowed_eval top shape dtype fingerprint expr device kernels)
 set(allowed_lazy top shape dtype fingerprint expr device kernels eval metrics)
+set(allowed_nn top shape dtype fingerprint expr device kernels eval metrics lazy)
+set(allowed_optim top shape dtype fingerprint expr device kernels eval metrics lazy nn)
 
 get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR}/xtpu ${INCLUDE_DIR}/xtpu/*.hpp)

@@ -1,13 +1,15 @@
 // xtpu/dtype/check.hpp — the named dtype and operand checkers.
 //
 // Provides: xtpu::check::{element, where_mask, cast_target, arithmetic, assign_dtype, operand,
-// matmul_dtype, item}. One static_assert each, template parameters named for the reader.
+// index, matmul_dtype, item}. One static_assert each, template parameters named for the reader.
 // Codes (docs/errors.md):
 //   E201 not an element type   E202 where mask   E203 cast target   E204 arithmetic on bool
-//   E205 assign dtype          E206 operand      E304 matmul dtype  E401 item() size
+//   E205 assign dtype          E206 operand      E207 index dtype   E304 matmul dtype
+//   E401 item() size
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "xtpu/dtype/dtype.hpp"
@@ -51,6 +53,12 @@ constexpr void operand() {
   static_assert((std::is_arithmetic_v<O> && !std::is_same_v<O, bool>) || std::is_same_v<O, bf16>,
                 "xtpu E206 operand: an operand is neither an xtpu tensor/expression nor an "
                 "arithmetic scalar");
+}
+
+template <class IndexType>
+constexpr void index() {
+  static_assert(std::is_same_v<IndexType, std::int32_t>,
+                "xtpu E207 index: labels and indices must be std::int32_t (xtpu::cast<std::int32_t>(x) first)");
 }
 
 template <class LhsType, class RhsType>

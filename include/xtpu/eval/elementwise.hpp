@@ -211,6 +211,22 @@ template <>
 struct generator_value<full_gen> {
   static double value(const double* p, std::size_t) noexcept { return p[0]; }  // int32 values stay exact
 };
+template <>
+struct generator_value<iota_gen> {
+  static double value(const double* p, std::size_t i) noexcept { return p[0] + static_cast<double>(i); }
+};
+/// 24 bits k of splitmix64 of (seed, index) give u = (k + 1/2) / 2^24 in (0, 1), then
+/// lo + (hi - lo) u, each step rounded (kernels::simd::mul: never contracted).
+template <>
+struct generator_value<uniform_gen> {
+  static float value(const double* p, std::size_t i) noexcept {
+    const std::uint64_t seed = std::bit_cast<std::uint64_t>(p[0]);
+    const std::uint64_t h = mix64(seed ^ mix64(2 * static_cast<std::uint64_t>(i) + 1));
+    const float u = static_cast<float>(2 * (h >> 40) + 1) * 0x1.0p-25f;
+    const float lo = static_cast<float>(p[1]), hi = static_cast<float>(p[2]);
+    return lo + kernels::simd::mul(hi - lo, u);
+  }
+};
 /// One uniform per element from splitmix64 of (seed, index): x = (2k + 1) / 2^24 - 1 in (-1, 1)
 /// for 24 random bits k, then z = sqrt(2) erfinv(x) (Giles' single-precision erfinv), all
 /// with kernels/math.hpp's functions: the same samples under any compiler, flag or path.

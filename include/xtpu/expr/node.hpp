@@ -319,12 +319,13 @@ template <class X>
 constexpr auto as_node(X&& x) {
   using D = std::remove_cvref_t<X>;
   if constexpr (tensor_like<D>) {
+    using T = typename D::tensor_type;  // a tensor, or the tensor a derived class (nn::parameter) is
 #ifdef XTPU_CHECKED_LIFETIMES
-    if constexpr (std::is_lvalue_reference_v<X>) return leaf<D, false>{{}, &x, x.lifetime_serial()};
+    if constexpr (std::is_lvalue_reference_v<X>) return leaf<T, false>{{}, &static_cast<const T&>(x), x.lifetime_serial()};
 #else
-    if constexpr (std::is_lvalue_reference_v<X>) return leaf<D, false>{{}, &x};
+    if constexpr (std::is_lvalue_reference_v<X>) return leaf<T, false>{{}, &static_cast<const T&>(x)};
 #endif
-    else return leaf<D, true>{{}, std::move(x)};
+    else return leaf<T, true>{{}, static_cast<T&&>(x)};
   } else if constexpr (node<D>) {
     return D(std::forward<X>(x));
   } else if constexpr (std::is_arithmetic_v<D> && !std::is_same_v<D, bool>) {

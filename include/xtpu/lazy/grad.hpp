@@ -2,7 +2,10 @@
 //
 // Provides: xtpu::grad(loss, x...) (the gradients of a one-element floating loss with respect
 // to tensors x..., as a std::tuple of tensors of x's types, recorded as statements of the same
-// step: they fuse, cache and run at mark_step like any other), xtpu::no_grad (a scope whose
+// step: they fuse, cache and run at mark_step like any other), xtpu::backward(loss) (the same
+// walk, its targets every nn::parameter the loss reads: each gradient added to the parameter's
+// grad(); detail::grad_slot is what a parameter shares with its values), xtpu::detach(x) (x's
+// value, with no gradient through it), xtpu::no_grad (a scope whose
 // statements gradients do not flow through), and in detail vjp_entry<E> (the reverse-mode rule
 // a statement of type E points to, taking expr/vjp.hpp's node rules through a whole statement)
 // and tensor_access (tensors made from a storage; statements recorded without a rule).
@@ -14,11 +17,12 @@
 // walk meets them. A tensor no path reaches gets zeros.
 // Shape rule: each gradient has its tensor's shape and dtype (broadcast axes summed).
 // Errors: E601 (the loss is not one floating element), E602 (a gradient with respect to an
-// int32/bool tensor); xtpu::error when the loss is not pending in this thread's step (computed
+// int32/bool tensor); xtpu::error when backward's loss reads no parameter, when the loss is not pending in this thread's step (computed
 // by an earlier mark_step: its graph is gone) or a gradient would flow into an op without a rule
 // (expr/vjp.hpp) — the gradient statements recorded until then are dropped at the next mark_step.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -196,6 +200,63 @@ void vjp_entry(step& s, std::uint32_t stmt, const std::shared_ptr<storage>& gt, 
   vjp<0>(node, g, sink);
 }
 
+/// The walk both grad() and backward() take: checks the loss, marks the statements that depend
+/// on a target, seeds the loss's gradient with 1 and records the gradient statements, last
+/// statement first. The gradient of each target reached is then in grads.
+template <class Loss>
+backward_state backward_begin(const Loss& loss, std::vector<const storage*> targets) {
+  static_assert(Loss::size == 1 && is_floating_v<typename Loss::value_type>,
+                "xtpu E601 grad: the loss must be one floating element: reduce it first (sum, mean)");
+  const auto& ls = loss.storage_ptr();
+  step& s = step::of(*ls->dev);
+  if (ls->owner.load(std::memory_order_acquire) != &s)
+    throw error("xtpu: grad: the loss is not pending in this thread's step (a mark_step or a read ran it, and its "
+                "graph with it); record the loss and call grad before mark_step");
+  backward_state state{s, {}, std::move(targets), {}};
+
+  // which statements depend on a target: one pass over the wiring, in program order
+  const std::size_t n0 = ls->producer + 1;
+  state.reach.assign(n0, 0);
+  for (std::size_t i = 0; i < n0; ++i) {
+    const auto& st = s.statement_at(i);
+    const auto* leaves = s.leaves_of(st);
+    for (std::uint32_t l = 0; l < st.n_leaves && !state.reach[i]; ++l) state.reach[i] = state.wanted(*leaves[l]);
+  }
+
+  using L = typename Loss::tensor_type;
+  state.grads.emplace(
+      ls.get(),
+      tensor_access::record_untaped<L>(s, full_node<typename L::value_type, typename L::shape_type>(1.0)).storage_ptr());
+  for (std::size_t i = n0; i-- > 0;) {
+    if (!state.reach[i]) continue;
+    const auto& st = s.statement_at(i);
+    const vjp_fn rule = st.vjp;
+    const auto out = st.out.lock();
+    const auto g = out ? state.grads.find(out.get()) : state.grads.end();
+    if (!rule || g == state.grads.end()) continue;
+    const std::shared_ptr<storage> gt = g->second;  // the rule adds to grads: no iterator kept
+    rule(s, static_cast<std::uint32_t>(i), gt, state);
+  }
+  return state;
+}
+
+/// What an nn::parameter shares with the values it takes: its gradient (null until a
+/// backward reaches it; summed over backward calls until the optimizer or zero_grad clears it),
+/// whether it wants one, and how to add a gradient of its type to it.
+struct grad_slot {
+  std::shared_ptr<storage> grad;
+  bool requires_grad = true;
+  void (*add)(step&, grad_slot&, const std::shared_ptr<storage>&) = nullptr;
+};
+
+/// grad_slot::add for a parameter of type Tensor: the first gradient is kept, later ones summed.
+template <class Tensor>
+void add_gradient(step& s, grad_slot& slot, const std::shared_ptr<storage>& g) {
+  if (!slot.grad) slot.grad = g;
+  else slot.grad = tensor_access::record_untaped<Tensor>(s, tensor_access::adopt<Tensor>(slot.grad) +
+                                                               tensor_access::adopt<Tensor>(g)).storage_ptr();
+}
+
 }  // namespace xtpu::detail
 
 namespace xtpu {
@@ -213,52 +274,62 @@ class no_grad {
   bool was_;
 };
 
+/// x's value as a new tensor that gradients do not flow through (torch's detach, JAX's
+/// stop_gradient): a copy statement recorded outside the tape.
+template <class X>
+  requires(detail::tensor_like<X> || detail::node<X>)
+auto detach(const X& x) {
+  using N = detail::node_t<const X&>;
+  const no_grad scope;
+  return detail::tensor_for_t<typename N::value_type, typename N::shape_type>(detail::as_node(x));
+}
+
 /// The gradients of loss (one floating element, pending in this thread's step) with respect to
-/// x..., recorded in the same step: a std::tuple with one tensor per x, of x's type.
+/// x..., recorded in the same step: a std::tuple with one tensor per x, of x's tensor type.
 template <class Loss, class... X>
   requires(detail::tensor_like<Loss> && (detail::tensor_like<X> && ...))
-std::tuple<X...> grad(const Loss& loss, const X&... x) {
-  static_assert(Loss::size == 1 && is_floating_v<typename Loss::value_type>,
-                "xtpu E601 grad: the loss must be one floating element: reduce it first (sum, mean)");
+std::tuple<typename X::tensor_type...> grad(const Loss& loss, const X&... x) {
   static_assert((is_floating_v<typename X::value_type> && ...),
                 "xtpu E602 grad: gradients exist only for float and bf16 tensors");
-  const auto& ls = loss.storage_ptr();
-  detail::step& s = detail::step::of(*ls->dev);
-  if (ls->owner.load(std::memory_order_acquire) != &s)
-    throw error("xtpu: grad: the loss is not pending in this thread's step (a mark_step or a read ran it, and its "
-                "graph with it); record the loss and call grad before mark_step");
-  detail::backward_state state{s, {}, {x.storage_ptr().get()...}, {}};
-
-  // which statements depend on an x: one pass over the wiring, in program order
-  const std::size_t n0 = ls->producer + 1;
-  state.reach.assign(n0, 0);
-  for (std::size_t i = 0; i < n0; ++i) {
-    const auto& st = s.statement_at(i);
-    const auto* leaves = s.leaves_of(st);
-    for (std::uint32_t l = 0; l < st.n_leaves && !state.reach[i]; ++l) state.reach[i] = state.wanted(*leaves[l]);
-  }
-
-  state.grads.emplace(ls.get(), detail::tensor_access::record_untaped<Loss>(
-                                    s, detail::full_node<typename Loss::value_type, typename Loss::shape_type>(1.0))
-                                    .storage_ptr());
-  for (std::size_t i = n0; i-- > 0;) {
-    if (!state.reach[i]) continue;
-    const auto& st = s.statement_at(i);
-    const detail::vjp_fn rule = st.vjp;
-    const auto out = st.out.lock();
-    const auto g = out ? state.grads.find(out.get()) : state.grads.end();
-    if (!rule || g == state.grads.end()) continue;
-    const std::shared_ptr<detail::storage> gt = g->second;  // the rule adds to grads: no iterator kept
-    rule(s, static_cast<std::uint32_t>(i), gt, state);
-  }
-
+  detail::backward_state state = detail::backward_begin(loss, {x.storage_ptr().get()...});
   auto result = [&]<class T>(const T& t) {
     if (auto it = state.grads.find(t.storage_ptr().get()); it != state.grads.end())
       return detail::tensor_access::adopt<T>(it->second);
     return detail::tensor_access::record_untaped<T>(
-        s, detail::full_node<typename T::value_type, typename T::shape_type>(0.0));
+        state.s, detail::full_node<typename T::value_type, typename T::shape_type>(0.0));
   };
-  return std::tuple<X...>{result(x)...};
+  return {result(static_cast<const typename X::tensor_type&>(x))...};
+}
+
+/// Adds the gradient of loss (one floating element, pending in this thread's step) to p.grad()
+/// of every nn::parameter the loss reads that requires it (torch's loss.backward()); recorded
+/// in the same step. xtpu::error if the loss reads no such parameter.
+template <class Loss>
+  requires detail::tensor_like<Loss>
+void backward(const Loss& loss) {
+  const auto& ls = loss.storage_ptr();
+  detail::step& s = detail::step::of(*ls->dev);
+  std::vector<std::shared_ptr<detail::grad_slot>> slots;
+  std::vector<const detail::storage*> targets;
+  if (ls->owner.load(std::memory_order_acquire) == &s) {
+    for (std::size_t i = 0; i <= ls->producer; ++i) {
+      const auto& st = s.statement_at(i);
+      const auto* leaves = s.leaves_of(st);
+      for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
+        auto slot = leaves[l]->param.lock();
+        if (!slot || !slot->requires_grad || std::find(targets.begin(), targets.end(), leaves[l].get()) != targets.end())
+          continue;
+        targets.push_back(leaves[l].get());
+        slots.push_back(std::move(slot));
+      }
+    }
+    if (targets.empty())
+      throw error("xtpu: backward: the loss reads no parameter that requires a gradient (xtpu::nn::parameter); "
+                  "use xtpu::grad(loss, x...) for the gradient with respect to plain tensors");
+  }
+  detail::backward_state state = detail::backward_begin(loss, std::move(targets));
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    if (auto it = state.grads.find(state.targets[i]); it != state.grads.end()) slots[i]->add(s, *slots[i], it->second);
 }
 
 }  // namespace xtpu

@@ -44,12 +44,15 @@ namespace xtpu::detail {
 
 /// A tensor value on a device: the chip it lives on, its buffer there, and while pending,
 /// the step that computes it.
+struct grad_slot;
+
 struct storage {
   explicit storage(chip& c) noexcept : dev(&c) {}
   chip* dev;
   device_buffer buffer;
   std::atomic<const void*> owner{nullptr};  // the pending step computing it, else null
   std::uint32_t producer = 0;               // its statement in that step
+  std::weak_ptr<grad_slot> param;           // the nn::parameter whose value this is (lazy/grad.hpp)
 };
 
 /// The one message for tensors of two devices in one expression.

@@ -2,6 +2,7 @@
 //
 // Provides: tensor<T, Dims...> (T: float, bf16, int32, bool; ranks 0..6; static shape, rank,
 // size), zeros/ones/full<T, Dims...>, random::normal<T, Dims...>(seed, mean, stddev),
+// random::uniform<T, Dims...>(seed, lo, hi),
 // from_host (xt::xtensor_fixed: shape checked at compile time; xt::xarray, xt::xtensor, an
 // xt::adapt view, a pointer + length or a span: at run time),
 // tensor::to_host (xt::xtensor_fixed up to 256 KiB, heap-backed xt::xtensor above: any size),
@@ -118,6 +119,8 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   /// What to_host() returns: xt::xtensor_fixed up to 256 KiB, xt::xtensor (heap) above.
   using host_type = detail::host_t<T, Dims...>;
   using xtpu_tensor = void;
+  /// The tensor type expressions hold (a class derived from a tensor, nn::parameter, reads as its base).
+  using tensor_type = tensor;
   static constexpr std::size_t rank = sizeof...(Dims);
   static constexpr std::size_t size = shape_type::size;
   static constexpr std::array<std::size_t, rank> shape{Dims...};
@@ -295,6 +298,13 @@ tensor<T, Dims...> normal(std::uint64_t seed, float mean = 0.0f, float stddev = 
   static_assert(is_floating_v<T>, "xtpu E201 dtype: random::normal needs float or xtpu::bf16");
   return generator<detail::normal_gen, T, extents<Dims...>>{
       {}, {std::bit_cast<double>(seed), static_cast<double>(mean), static_cast<double>(stddev)}};
+}
+/// Uniform samples between lo and hi; element i depends only on (seed, i). Floating types only.
+template <class T, std::size_t... Dims>
+tensor<T, Dims...> uniform(std::uint64_t seed, float lo = 0.0f, float hi = 1.0f) {
+  static_assert(is_floating_v<T>, "xtpu E201 dtype: random::uniform needs float or xtpu::bf16");
+  return generator<detail::uniform_gen, T, extents<Dims...>>{
+      {}, {std::bit_cast<double>(seed), static_cast<double>(lo), static_cast<double>(hi)}};
 }
 }  // namespace random
 

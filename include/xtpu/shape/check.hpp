@@ -1,11 +1,11 @@
 // xtpu/shape/check.hpp — the named shape checkers.
 //
 // Provides: xtpu::check::{extents_valid, broadcast, assign, reshape, axis, permute, transpose,
-// matmul}. Each is one static_assert whose template parameters are the shapes involved, so the
+// class_labels, matmul}. Each is one static_assert whose template parameters are the shapes involved, so the
 // compiler's "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both.
 // Codes (docs/errors.md):
 //   E101 broadcast   E102 assign   E103 reshape   E104 axis   E105 zero extent   E106 rank
-//   E107 permute     E108 transpose   E109 slice   E110 concat
+//   E107 permute     E108 transpose   E109 slice   E110 concat   E111 class labels
 //   E301 matmul inner dims   E302 matmul batch dims   E303 matmul operand rank
 #pragma once
 
@@ -70,6 +70,13 @@ template <std::size_t Axis, class... Shapes>
 constexpr void concat() {
   static_assert(detail::concatenable_v<Axis, Shapes...>,
                 "xtpu E110 concat: operands must have the same rank and the same extents except along the axis");
+}
+
+template <class LogitsShape, class LabelsShape>
+constexpr void class_labels() {
+  static_assert(LogitsShape::rank >= 1 && std::is_same_v<detail::reduce_t<LogitsShape, -1>, LabelsShape>,
+                "xtpu E111 labels: the labels must have the logits' shape without the last (class) axis: "
+                "logits (B, C), labels (B)");
 }
 
 template <class LhsShape, class RhsShape>

@@ -188,6 +188,16 @@ struct set_axis_holder {
 template <class S, std::size_t Axis, std::size_t Extent>
 using set_axis_t = to_extents_t<set_axis_holder<S, Axis, Extent>>;
 
+/// S with one more axis of extent N after its last (one_hot's result).
+template <class S, std::size_t N>
+struct append_axis;
+template <std::size_t... D, std::size_t N>
+struct append_axis<extents<D...>, N> {
+  using type = extents<D..., N>;
+};
+template <class S, std::size_t N>
+using append_axis_t = typename append_axis<S, N>::type;
+
 // ---- slice / concat ----------------------------------------------------------------------
 template <class S, std::size_t Axis, std::size_t Begin, std::size_t End>
 inline constexpr bool slice_in_range_v = Axis < S::rank && Begin < End && End <= extent_v<S, Axis>;

@@ -1,0 +1,86 @@
+// xtpu/nn/loss.hpp — losses, each a rank-0 float tensor recorded in the step.
+//
+// Provides:
+//   cross_entropy(logits, labels, {.label_smoothing, .ignore_index})   torch.nn.functional's:
+//       logits (..., C) float/bf16, labels (...) int32 -> (): the mean over the labels that are
+//       not ignore_index (default -100) of (1 - ε)·nll + ε·(−mean_c log p); log-softmax in f32
+//       with the maximum subtracted, so logits of ±200 (or more) neither overflow nor lose the
+//       gradient. Both options are run-time scalars (changing them never recompiles). All
+//       labels ignored gives NaN, as PyTorch.
+//   kd_soft_ce(student, teacher, T)   seed 001's distillation loss: −Σ softmax(teacher/T) ·
+//       log_softmax(student/T) over the class axis, mean over the rest, times T²; the teacher
+//       is detached (no gradient reaches it). T is a run-time scalar.
+//   mse(a, b)   mean((a − b)²).
+//   binary_cross_entropy_with_logits(x, y)   mean((1 − y)·x + softplus(−x)): no overflow for
+//       any x, and the gradient sigmoid(x) − y (0.5 − y at 0).
+// Shape rule: cross_entropy E111 (labels not the logits' shape without the class axis), E207
+// (labels not int32); kd_soft_ce and the others: operands of one shape (E102).
+#pragma once
+
+#include <cstdint>
+
+#include "xtpu/expr/composite.hpp"
+#include "xtpu/lazy/tensor.hpp"
+
+namespace xtpu::nn {
+
+struct cross_entropy_options {
+  float label_smoothing = 0.0f;
+  std::int32_t ignore_index = -100;
+};
+
+namespace detail {
+/// x as a tensor: itself if it is one, else recorded (an operand read more than once is
+/// computed once).
+template <class X>
+auto as_tensor(const X& x) {
+  if constexpr (xtpu::detail::tensor_like<X>) {
+    return static_cast<const typename X::tensor_type&>(x);
+  } else {
+    using N = xtpu::detail::node_t<const X&>;
+    return xtpu::detail::tensor_for_t<typename N::value_type, typename N::shape_type>(x);
+  }
+}
+template <class X>
+using shape_t = typename xtpu::detail::node_t<const X&>::shape_type;
+}  // namespace detail
+
+// logits (..., C), labels (...) int32 -> ()
+template <class Logits, class Labels>
+tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_entropy_options o = {}) {
+  using LS = detail::shape_t<Logits>;
+  check::class_labels<LS, detail::shape_t<Labels>>();
+  constexpr std::size_t classes = LS::dims[LS::rank - 1];
+  const auto y = detail::as_tensor(labels);
+  const xtpu::detail::tensor_for_t<float, LS> logp = log_softmax<-1>(logits);  // (..., C) f32
+  const auto nll = -sum<-1>(logp * one_hot<classes>(y));                        // (...)
+  const auto smooth = -mean<-1>(logp);                                          // (...)
+  const auto keep = cast<float>(y != o.ignore_index);                           // (...)
+  return sum((nll + o.label_smoothing * (smooth - nll)) * keep) / sum(keep);
+}
+
+// student (..., C), teacher (..., C) -> ()
+template <class Student, class Teacher>
+tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float temperature = 1.0f) {
+  check::assign<detail::shape_t<Teacher>, detail::shape_t<Student>>();
+  const float inv_t = 1.0f / temperature;
+  const auto logp = detail::as_tensor(log_softmax<-1>(student * inv_t));  // (..., C) f32
+  const auto p_teacher = detach(softmax<-1>(cast<float>(teacher) * inv_t));
+  return mean(-sum<-1>(p_teacher * logp)) * (temperature * temperature);
+}
+
+template <class A, class B>
+tensor<float> mse(const A& a, const B& b) {
+  check::assign<detail::shape_t<B>, detail::shape_t<A>>();
+  return mean(square(cast<float>(a) - cast<float>(b)));
+}
+
+// logits (...), targets (...) in [0, 1] -> ()
+template <class X, class Y>
+tensor<float> binary_cross_entropy_with_logits(const X& logits, const Y& targets) {
+  check::assign<detail::shape_t<Y>, detail::shape_t<X>>();
+  const auto x = detail::as_tensor(cast<float>(logits));
+  return mean((1.0f - cast<float>(targets)) * x + softplus(-x));
+}
+
+}  // namespace xtpu::nn

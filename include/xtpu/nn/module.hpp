@@ -1,0 +1,199 @@
+// xtpu/nn/module.hpp — models as plain structs: their parameters by compile-time reflection.
+//
+// Provides: a *module* is an nn::parameter, a std::array of modules, or a struct made visible
+// to Boost.Hana (BOOST_HANA_DEFINE_STRUCT inside it, or BOOST_HANA_ADAPT_STRUCT(type, members...)
+// after it) whose members are modules or anything else (skipped: sizes, flags, plain tensors).
+//   for_each_parameter(model, f)    f(name, parameter&) in declaration order; names as
+//                                   PyTorch's state_dict gives them: "fc1.weight", "blocks.0.ln.bias"
+//   parameter_names<M>()            those names
+//   parameter_count_v<M>            the number of scalars (torch: sum(p.numel())), at compile time
+//   parameter_tensors_v<M>          the number of parameters, at compile time
+//   init<M>(seed)                   a model with PyTorch's default initialisation, seeded: each
+//                                   module with a reset_parameters(seeds&) member runs it
+//                                   (nn::linear: Kaiming-uniform), taking its seeds in order
+//   zero_grad(model), requires_grad(model, bool)
+// Errors: E603 (a model that is not a module: no Hana reflection).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <boost/hana/accessors.hpp>
+#include <boost/hana/adapt_struct.hpp>
+#include <boost/hana/concept/struct.hpp>
+#include <boost/hana/define_struct.hpp>
+#include <boost/hana/first.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/second.hpp>
+#include <boost/hana/string.hpp>
+#include <boost/hana/unpack.hpp>
+
+#include "xtpu/nn/parameter.hpp"
+
+namespace xtpu::nn {
+
+/// The seeds one init hands out, one per call of next(), in declaration order: a model's
+/// values depend only on the seed given to init and the order of its parameters.
+class seeds {
+ public:
+  explicit seeds(std::uint64_t seed) noexcept : seed_(seed) {}
+  std::uint64_t next() noexcept { return detail::mix64(seed_ ^ detail::mix64(++count_)); }
+
+ private:
+  std::uint64_t seed_;
+  std::uint64_t count_ = 0;
+};
+
+}  // namespace xtpu::nn
+
+namespace xtpu::detail {
+template <class A>
+inline constexpr bool is_module_array_v = false;
+template <class M, std::size_t N>
+inline constexpr bool is_module_array_v<std::array<M, N>> = true;
+
+template <class M, class Accessor>
+using member_t = std::remove_cvref_t<decltype(boost::hana::second(std::declval<Accessor>())(std::declval<M&>()))>;
+
+template <class M>
+inline constexpr bool is_struct_v = boost::hana::Struct<M>::value;
+
+/// Calls f(name, parameter&) for every parameter of m, name prefixed by `prefix`.
+template <class M, class F>
+void visit_parameters(M& m, std::string& prefix, F& f) {
+  if constexpr (nn::is_parameter_v<std::remove_const_t<M>>) {
+    f(std::as_const(prefix), m);
+  } else if constexpr (is_module_array_v<std::remove_const_t<M>>) {
+    const std::size_t at = prefix.size();
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      prefix += (at ? "." : "") + std::to_string(i);
+      visit_parameters(m[i], prefix, f);
+      prefix.resize(at);
+    }
+  } else if constexpr (is_struct_v<std::remove_const_t<M>>) {
+    boost::hana::for_each(boost::hana::accessors<std::remove_const_t<M>>(), [&](auto member) {
+      const std::size_t at = prefix.size();
+      if (at) prefix += '.';
+      prefix += boost::hana::to<const char*>(boost::hana::first(member));
+      visit_parameters(boost::hana::second(member)(m), prefix, f);
+      prefix.resize(at);
+    });
+  }
+}
+
+/// Appends the names visit_parameters would give M's parameters.
+template <class M>
+void name_parameters(std::string& prefix, std::vector<std::string>& out) {
+  if constexpr (nn::is_parameter_v<M>) {
+    out.push_back(prefix);
+  } else if constexpr (is_module_array_v<M>) {
+    const std::size_t at = prefix.size();
+    for (std::size_t i = 0; i < std::tuple_size_v<M>; ++i) {
+      prefix += (at ? "." : "") + std::to_string(i);
+      name_parameters<typename M::value_type>(prefix, out);
+      prefix.resize(at);
+    }
+  } else if constexpr (is_struct_v<M>) {
+    boost::hana::for_each(boost::hana::accessors<M>(), [&](auto member) {
+      const std::size_t at = prefix.size();
+      if (at) prefix += '.';
+      prefix += boost::hana::to<const char*>(boost::hana::first(member));
+      name_parameters<member_t<M, decltype(member)>>(prefix, out);
+      prefix.resize(at);
+    });
+  }
+}
+
+/// Calls r.reset_parameters(s) for every module r of m that has one, outermost first.
+template <class M>
+void reset_modules(M& m, nn::seeds& s) {
+  if constexpr (requires { m.reset_parameters(s); }) {
+    m.reset_parameters(s);
+  } else if constexpr (is_module_array_v<M>) {
+    for (auto& e : m) reset_modules(e, s);
+  } else if constexpr (is_struct_v<M>) {
+    boost::hana::for_each(boost::hana::accessors<M>(), [&](auto member) { reset_modules(boost::hana::second(member)(m), s); });
+  }
+}
+
+/// (scalars, tensors) of the parameters of M.
+template <class M>
+constexpr std::array<std::size_t, 2> module_count() {
+  if constexpr (nn::is_parameter_v<M>) {
+    return {M::size, 1};
+  } else if constexpr (is_module_array_v<M>) {
+    constexpr auto one = module_count<typename M::value_type>();
+    return {one[0] * std::tuple_size_v<M>, one[1] * std::tuple_size_v<M>};
+  } else if constexpr (is_struct_v<M>) {
+    return boost::hana::unpack(boost::hana::accessors<M>(), [](auto... member) {
+      std::array<std::size_t, 2> total{0, 0};
+      ((total[0] += module_count<member_t<M, decltype(member)>>()[0], total[1] += module_count<member_t<M, decltype(member)>>()[1]), ...);
+      return total;
+    });
+  } else {
+    return {0, 0};
+  }
+}
+
+template <class M>
+constexpr void check_module() {
+  static_assert(nn::is_parameter_v<M> || is_module_array_v<M> || is_struct_v<M>,
+                "xtpu E603 module: xtpu cannot see this model's members: declare them with "
+                "BOOST_HANA_DEFINE_STRUCT, or add BOOST_HANA_ADAPT_STRUCT(type, members...) after the struct");
+}
+}  // namespace xtpu::detail
+
+namespace xtpu::nn {
+
+template <class M>
+inline constexpr std::size_t parameter_count_v = (detail::check_module<M>(), detail::module_count<M>()[0]);
+template <class M>
+inline constexpr std::size_t parameter_tensors_v = (detail::check_module<M>(), detail::module_count<M>()[1]);
+
+/// f(name, parameter&) for every parameter of model, in declaration order.
+template <class M, class F>
+void for_each_parameter(M& model, F&& f) {
+  detail::check_module<std::remove_const_t<M>>();
+  std::string prefix;
+  detail::visit_parameters(model, prefix, f);
+}
+
+/// The names for_each_parameter gives, from M's type alone (no model is made).
+template <class M>
+std::vector<std::string> parameter_names() {
+  detail::check_module<M>();
+  std::vector<std::string> names;
+  names.reserve(parameter_tensors_v<M>);
+  std::string prefix;
+  detail::name_parameters<M>(prefix, names);
+  return names;
+}
+
+/// A model of type M (default-constructible) with PyTorch's default initialisation, seeded.
+/// The values are pending statements of this thread's step.
+template <class M>
+M init(std::uint64_t seed) {
+  detail::check_module<M>();
+  M model{};
+  seeds s(seed);
+  detail::reset_modules(model, s);
+  return model;
+}
+
+/// Forgets every parameter's gradient.
+template <class M>
+void zero_grad(M& model) {
+  for_each_parameter(model, [](const std::string&, auto& p) { p.zero_grad(); });
+}
+
+/// Freezes (false) or unfreezes every parameter of model (a LoRA base, a teacher).
+template <class M>
+void requires_grad(M& model, bool on) {
+  for_each_parameter(model, [on](const std::string&, auto& p) { p.requires_grad(on); });
+}
+
+}  // namespace xtpu::nn

@@ -1,0 +1,75 @@
+// xtpu/nn/parameter.hpp — xtpu::nn::parameter, a tensor that keeps a gradient.
+//
+// Provides: parameter<T, Dims...> (T float or bf16): a tensor — it reads, records and
+// assigns like one (`w = w - lr * w.grad()` is a statement of the step) — with a gradient
+// that xtpu::backward(loss) adds to (torch.nn.Parameter). grad() (zeros until a backward
+// reaches it), has_grad(), zero_grad(), requires_grad(bool) (false: frozen, backward skips it).
+// A parameter is move-only: two parameters never share a gradient. Its values are the
+// tensors it takes; a backward recognises them as the parameter's (detail::grad_slot), so a
+// plain tensor that shares the value a parameter was made from shares its gradient too.
+// Shape rule: that of tensor<T, Dims...>. Errors: E602 (an int32/bool parameter).
+#pragma once
+
+#include <memory>
+
+#include "xtpu/lazy/tensor.hpp"
+
+namespace xtpu::nn {
+
+template <class T, std::size_t... Dims>
+class parameter : public tensor<T, Dims...> {
+  static_assert(is_floating_v<T>, "xtpu E602 grad: gradients exist only for float and bf16 tensors");
+
+ public:
+  using tensor_type = tensor<T, Dims...>;
+
+  /// Zeros (nn::init or an assignment gives the value).
+  parameter() : parameter(tensor_type()) {}
+  /// The value v (or an expression's, recorded as a statement).
+  parameter(tensor_type v) : tensor_type(std::move(v)), slot_(std::make_shared<detail::grad_slot>()) {
+    slot_->add = &detail::add_gradient<tensor_type>;
+    link();
+  }
+  template <detail::node E>
+  parameter(const E& e) : parameter(tensor_type(e)) {}
+  parameter(parameter&&) noexcept = default;
+  parameter& operator=(parameter&&) noexcept = default;
+  parameter(const parameter&) = delete;
+  parameter& operator=(const parameter&) = delete;
+  ~parameter() = default;
+
+  /// A new value (the gradient stays): `w = w - lr * w.grad()`.
+  template <class E>
+    requires(detail::node<E> || std::is_same_v<E, tensor_type>)
+  parameter& operator=(const E& e) {
+    tensor_type::operator=(e);
+    link();
+    return *this;
+  }
+
+  /// The gradient summed by the backward calls since the last zero_grad (or optimizer step);
+  /// zeros if none reached this parameter.
+  tensor_type grad() const {
+    if (slot_->grad) return detail::tensor_access::adopt<tensor_type>(slot_->grad);
+    return zeros_like();
+  }
+  bool has_grad() const noexcept { return slot_->grad != nullptr; }
+  /// Forgets the gradient (the next backward starts from none).
+  void zero_grad() noexcept { slot_->grad.reset(); }
+  bool requires_grad() const noexcept { return slot_->requires_grad; }
+  /// false: frozen (a LoRA base, a teacher) — backward gives it no gradient.
+  void requires_grad(bool on) noexcept { slot_->requires_grad = on; }
+
+ private:
+  static tensor_type zeros_like() { return detail::full_node<T, typename tensor_type::shape_type>(0.0); }
+  void link() { this->storage_ptr()->param = slot_; }
+
+  std::shared_ptr<detail::grad_slot> slot_;
+};
+
+template <class P>
+inline constexpr bool is_parameter_v = false;
+template <class T, std::size_t... D>
+inline constexpr bool is_parameter_v<parameter<T, D...>> = true;
+
+}  // namespace xtpu::nn

@@ -1,0 +1,189 @@
+// xtpu/optim/optimizer.hpp — optimizers over a model's parameters, updates fused into the step.
+//
+// Provides: optim::sgd (momentum, dampening, Nesterov, weight decay), optim::adam (L2 weight
+// decay added to the gradient) and optim::adamw (decoupled weight decay), each made from a
+// model (any nn module) and its options, with PyTorch's update formulas; step() records the
+// update of every parameter that has a gradient and then clears the gradients; zero_grad();
+// options() (lr and the rest are run-time scalars: changing them never recompiles);
+// steps() (Adam's t). xtpu::optimizer_step(opt) = opt.step() then mark_step() (torch_xla's
+// xm.optimizer_step): forward, backward and update run as one compiled step.
+// Optimizer state (momentum buffers, Adam's moments) is in f32 for bf16 parameters too.
+// Shape rule: a state tensor has its parameter's shape. Errors: none beyond the model's (E603).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xtpu/lazy/grad.hpp"
+#include "xtpu/nn/module.hpp"
+
+namespace xtpu::optim {
+
+struct sgd_options {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+/// Adam's and AdamW's options: the same fields; AdamW's (Decoupled) weight decay defaults to 0.01.
+template <bool Decoupled>
+struct adam_family_options {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = Decoupled ? 0.01f : 0.0f;
+};
+using adam_options = adam_family_options<false>;
+using adamw_options = adam_family_options<true>;
+
+namespace detail {
+/// One f32 state tensor per parameter (null until the first update that needs it).
+struct state_slots {
+  explicit state_slots(std::size_t n) : slots(n) {}
+  /// Slot i as a tensor of the parameter P's shape in f32 (zeros if it has none yet).
+  template <class P>
+  auto get(std::size_t i) const {
+    using S = xtpu::detail::tensor_for_t<float, typename P::shape_type>;
+    if (slots[i]) return xtpu::detail::tensor_access::adopt<S>(slots[i]);
+    return S(xtpu::detail::full_node<float, typename P::shape_type>(0.0));
+  }
+  bool has(std::size_t i) const noexcept { return slots[i] != nullptr; }
+  template <class S>
+  void set(std::size_t i, const S& t) {
+    slots[i] = t.storage_ptr();
+  }
+  std::vector<std::shared_ptr<xtpu::detail::storage>> slots;
+};
+
+/// f(index, parameter&) for the parameters of model that have a gradient; then clears them all.
+template <class Model, class F>
+void update_each(Model& model, F&& f) {
+  std::size_t i = 0;
+  nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+    if (p.has_grad()) f(i, p);
+    p.zero_grad();
+    ++i;
+  });
+}
+
+/// The parameter's type again, from f32: the one rounding a bf16 parameter's update takes.
+template <class P, class E>
+auto as_parameter_type(E&& e) {
+  return cast<typename P::value_type>(std::forward<E>(e));
+}
+
+/// Adam's moments and update for one parameter (PyTorch's single-tensor formulas);
+/// decoupled: AdamW's decay of the weight itself, else an L2 term added to the gradient.
+template <class P>
+void adam_update(P& p, std::size_t i, state_slots& m, state_slots& v, float lr, float beta1, float beta2, float eps,
+                 float weight_decay, bool decoupled, std::int64_t t) {
+  using P_t = std::remove_cvref_t<P>;
+  const auto w = cast<float>(p);
+  const auto g = cast<float>(p.grad()) + (decoupled ? 0.0f : weight_decay) * w;      // (shape) f32
+  using S = xtpu::detail::tensor_for_t<float, typename P_t::shape_type>;
+  const S m0 = m.template get<P_t>(i), v0 = v.template get<P_t>(i);
+  const S m_new = m0 + (1.0f - beta1) * (g - m0);  // torch's lerp
+  const S v_new = v0 * beta2 + (1.0f - beta2) * g * g;
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
+  const float step_size = static_cast<float>(lr / bc1);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const float decay = decoupled ? 1.0f - lr * weight_decay : 1.0f;
+  p = as_parameter_type<P_t>(w * decay - step_size * m_new / (sqrt(v_new) / bc2_sqrt + eps));
+  m.set(i, m_new);
+  v.set(i, v_new);
+}
+}  // namespace detail
+
+/// Stochastic gradient descent, torch.optim.SGD's update: d = g + wd·p; with momentum μ,
+/// b = d on the first step, else μ·b + (1 − dampening)·d, and d = b (or d + μ·b, Nesterov);
+/// p = p − lr·d.
+template <class Model>
+class sgd {
+ public:
+  sgd(Model& model, sgd_options o = {}) : model_(&model), o_(o), momentum_(nn::parameter_tensors_v<Model>) {}
+  sgd_options& options() noexcept { return o_; }
+  const sgd_options& options() const noexcept { return o_; }
+
+  void step() {
+    detail::update_each(*model_, [&](std::size_t i, auto& p) {
+      using P_t = std::remove_cvref_t<decltype(p)>;
+      const auto w = cast<float>(p);
+      const auto d = cast<float>(p.grad()) + o_.weight_decay * w;
+      if (o_.momentum == 0.0f) {
+        p = detail::as_parameter_type<P_t>(w - o_.lr * d);
+        return;
+      }
+      using S = xtpu::detail::tensor_for_t<float, typename P_t::shape_type>;
+      const S b = momentum_.has(i) ? S(momentum_.get<P_t>(i) * o_.momentum + (1.0f - o_.dampening) * d) : S(d);
+      if (o_.nesterov) p = detail::as_parameter_type<P_t>(w - o_.lr * (d + o_.momentum * b));
+      else p = detail::as_parameter_type<P_t>(w - o_.lr * b);
+      momentum_.set(i, b);
+    });
+  }
+  void zero_grad() { nn::zero_grad(*model_); }
+
+ private:
+  Model* model_;
+  sgd_options o_;
+  detail::state_slots momentum_;
+};
+
+namespace detail {
+/// Adam and AdamW: the same moments; Decoupled says where the weight decay goes.
+template <class Model, class Options, bool Decoupled>
+class adam_family {
+ public:
+  adam_family(Model& model, Options o)
+      : model_(&model), o_(o), m_(nn::parameter_tensors_v<Model>), v_(nn::parameter_tensors_v<Model>) {}
+  Options& options() noexcept { return o_; }
+  const Options& options() const noexcept { return o_; }
+  std::int64_t steps() const noexcept { return t_; }
+
+  void step() {
+    ++t_;
+    update_each(*model_, [&](std::size_t i, auto& p) {
+      adam_update(p, i, m_, v_, o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, Decoupled, t_);
+    });
+  }
+  void zero_grad() { nn::zero_grad(*model_); }
+
+ private:
+  Model* model_;
+  Options o_;
+  state_slots m_, v_;
+  std::int64_t t_ = 0;
+};
+}  // namespace detail
+
+/// Adam (torch.optim.Adam): weight decay, if any, added to the gradient.
+template <class Model>
+class adam : public detail::adam_family<Model, adam_options, false> {
+ public:
+  adam(Model& model, adam_options o = {}) : detail::adam_family<Model, adam_options, false>(model, o) {}
+};
+
+/// AdamW (torch.optim.AdamW): p = p·(1 − lr·wd) − lr/(1 − β1ᵗ) · m / (sqrt(v)/sqrt(1 − β2ᵗ) + eps).
+template <class Model>
+class adamw : public detail::adam_family<Model, adamw_options, true> {
+ public:
+  adamw(Model& model, adamw_options o = {}) : detail::adam_family<Model, adamw_options, true>(model, o) {}
+};
+
+}  // namespace xtpu::optim
+
+namespace xtpu {
+/// The optimizer's update, recorded in the pending step with the forward and backward
+/// statements, then mark_step(): one compiled step (torch_xla's xm.optimizer_step).
+template <class Optimizer>
+void optimizer_step(Optimizer& opt) {
+  opt.step();
+  mark_step();
+}
+}  // namespace xtpu

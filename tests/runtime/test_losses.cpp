@@ -1,0 +1,154 @@
+// The ops a training loop needs (iota, one_hot, random::uniform, square, clip, softplus) and
+// the losses (cross_entropy with label smoothing and an ignore index, kd_soft_ce, mse,
+// binary_cross_entropy_with_logits): values and gradients against float64 references,
+// logits of ±200, detach.
+#include "grad_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+using namespace xtpu_test;
+using xtpu::tensor;
+
+namespace {
+
+constexpr std::size_t B = 6, C = 5;
+
+/// float64 log-softmax of row r of x (B, C).
+std::vector<double> log_softmax_row(const std::vector<double>& x, std::size_t r) {
+  double m = -INFINITY, s = 0;
+  for (std::size_t c = 0; c < C; ++c) m = std::max(m, x[r * C + c]);
+  for (std::size_t c = 0; c < C; ++c) s += std::exp(x[r * C + c] - m);
+  std::vector<double> out(C);
+  for (std::size_t c = 0; c < C; ++c) out[c] = x[r * C + c] - m - std::log(s);
+  return out;
+}
+
+/// torch.nn.functional.cross_entropy in float64.
+double cross_entropy_ref(const std::vector<double>& x, const std::vector<std::int32_t>& y, double eps, int ignore) {
+  double total = 0, kept = 0;
+  for (std::size_t r = 0; r < B; ++r) {
+    if (y[r] == ignore) continue;
+    const auto lp = log_softmax_row(x, r);
+    double mean_lp = 0;
+    for (double v : lp) mean_lp += v / C;
+    total += (1 - eps) * -lp[static_cast<std::size_t>(y[r])] + eps * -mean_lp;
+    kept += 1;
+  }
+  return total / kept;
+}
+
+TEST(TrainingOps, IotaOneHotUniformSquareClip) {
+  const tensor<std::int32_t, 4> labels = xtpu::iota<std::int32_t, 4>(-1) * 2;  // -2 0 2 4
+  const tensor<float, 4, 3> oh = xtpu::one_hot<3>(labels);
+  const tensor<float, 2000> u = xtpu::random::uniform<float, 2000>(9, -2.0f, 3.0f);
+  const tensor<float, 2000> u_again = xtpu::random::uniform<float, 2000>(9, -2.0f, 3.0f);
+  const tensor<float, 5> sc = xtpu::clip(xtpu::square(xtpu::iota<float, 5>(-2.0f)), 0.5f, 3.0f);  // 4 1 0 1 4
+  xtpu::mark_step();
+  EXPECT_EQ(host(labels), (std::vector<double>{-2, 0, 2, 4}));
+  EXPECT_EQ(host(oh), (std::vector<double>{0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0}));  // out of range: zeros
+  EXPECT_EQ(host(sc), (std::vector<double>{3, 1, 0.5, 1, 3}));
+  const auto uv = host(u);
+  EXPECT_EQ(uv, host(u_again));  // (seed, index) alone
+  double mean = 0;
+  for (double v : uv) {
+    EXPECT_GE(v, -2.0);
+    EXPECT_LE(v, 3.0);
+    mean += v / uv.size();
+  }
+  EXPECT_NEAR(mean, 0.5, 0.1);  // 5 / sqrt(12 · 2000) ≈ 0.03 standard error
+}
+
+TEST(Losses, CrossEntropyWithSmoothingAndIgnoreMatchesFloat64) {
+  const auto xv = values(B * C, 4, 3.0f);
+  const std::vector<std::int32_t> yv{0, 4, 2, -100, 1, 3};
+  auto x = device<float, B, C>(xv);
+  const tensor<std::int32_t, B> y = xtpu::from_host<std::int32_t, B>(yv.data(), B);
+  for (const double eps : {0.0, 0.1}) {
+    tensor<float> loss = xtpu::nn::cross_entropy(x, y, {.label_smoothing = static_cast<float>(eps)});
+    auto [dx] = xtpu::grad(loss, x);
+    xtpu::mark_step();
+    auto f = [&](const std::vector<double>& X) { return cross_entropy_ref(X, yv, eps, -100); };
+    EXPECT_NEAR(loss.item(), f(widen(xv)), 1e-6);
+    EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-6)) << "eps " << eps;
+  }
+}
+
+TEST(Losses, CrossEntropyOfLogitsOfTwoHundredIsFinite) {
+  std::vector<float> xv(B * C, 0.0f);
+  for (std::size_t r = 0; r < B; ++r) xv[r * C + r % C] = r % 2 ? 200.0f : -200.0f;
+  const std::vector<std::int32_t> yv{0, 0, 2, 3, 4, 0};
+  auto x = device<float, B, C>(xv);
+  const tensor<std::int32_t, B> y = xtpu::from_host<std::int32_t, B>(yv.data(), B);
+  tensor<float> loss = xtpu::nn::cross_entropy(x, y);
+  auto [dx] = xtpu::grad(loss, x);
+  xtpu::mark_step();
+  auto f = [&](const std::vector<double>& X) { return cross_entropy_ref(X, yv, 0.0, -100); };
+  EXPECT_NEAR(loss.item(), f(widen(xv)), 1e-4);
+  EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f, 1e-7), 1e-4, 1e-6));
+}
+
+TEST(Losses, KdSoftCeMatchesSeedDefinitionAndDetachesTheTeacher) {
+  const auto sv = values(B * C, 5, 2.0f), tv = values(B * C, 6, 2.0f);
+  auto s = device<float, B, C>(sv);
+  auto t = device<float, B, C>(tv);
+  const float T = 2.0f;
+  tensor<float> loss = xtpu::nn::kd_soft_ce(s, t, T);
+  auto [ds, dt] = xtpu::grad(loss, s, t);
+  xtpu::mark_step();
+  auto f = [&](const std::vector<double>& S) {
+    double total = 0;
+    std::vector<double> st(S.size()), tt(S.size());
+    for (std::size_t i = 0; i < S.size(); ++i) st[i] = S[i] / T, tt[i] = tv[i] / static_cast<double>(T);
+    for (std::size_t r = 0; r < B; ++r) {
+      const auto lps = log_softmax_row(st, r), lpt = log_softmax_row(tt, r);
+      for (std::size_t c = 0; c < C; ++c) total -= std::exp(lpt[c]) * lps[c];
+    }
+    return total / B * T * T;
+  };
+  EXPECT_NEAR(loss.item(), f(widen(sv)), 1e-6);
+  EXPECT_TRUE(all_near(host(ds), numeric_grad(widen(sv), f), 1e-4, 1e-6));
+  EXPECT_EQ(host(dt), std::vector<double>(B * C, 0.0));  // the teacher is detached
+}
+
+TEST(Losses, MseAndBinaryCrossEntropyWithLogits) {
+  std::vector<float> xv = values(B * C, 7, 4.0f), yv = values(B * C, 8, 0.5f);
+  for (float& v : yv) v += 0.5f;  // targets in [0, 1)
+  xv[0] = 0.0f, xv[1] = 200.0f, xv[2] = -200.0f;
+  auto x = device<float, B, C>(xv);
+  auto y = device<float, B, C>(yv);
+  tensor<float> bce = xtpu::nn::binary_cross_entropy_with_logits(x, y);
+  tensor<float> mse = xtpu::nn::mse(x, y);
+  auto [dbce] = xtpu::grad(bce, x);
+  auto [dmse] = xtpu::grad(mse, x);
+  xtpu::mark_step();
+  double want_bce = 0, want_mse = 0;
+  std::vector<double> want_dbce(B * C), want_dmse(B * C);
+  for (std::size_t i = 0; i < B * C; ++i) {
+    const double v = xv[i], t = yv[i];
+    want_bce += (std::max(v, 0.0) - v * t + std::log1p(std::exp(-std::abs(v)))) / (B * C);
+    want_mse += (v - t) * (v - t) / (B * C);
+    want_dbce[i] = (1 / (1 + std::exp(-v)) - t) / (B * C);  // sigmoid(x) - y, 0.5 - y at 0
+    want_dmse[i] = 2 * (v - t) / (B * C);
+  }
+  EXPECT_NEAR(bce.item(), want_bce, 1e-5 * want_bce);
+  EXPECT_NEAR(mse.item(), want_mse, 1e-5 * want_mse);
+  EXPECT_TRUE(all_near(host(dbce), want_dbce, 1e-5, 1e-8));
+  EXPECT_TRUE(all_near(host(dmse), want_dmse, 1e-5, 1e-8));
+}
+
+TEST(Losses, DetachStopsTheGradient) {
+  auto x = device<float, 4>(values(4, 9));
+  const tensor<float> loss = xtpu::sum(x * xtpu::detach(x * 3.0f));
+  auto [dx] = xtpu::grad(loss, x);
+  xtpu::mark_step();
+  const auto xv = host(x);
+  std::vector<double> want(4);
+  for (std::size_t i = 0; i < 4; ++i) want[i] = 3 * xv[i];  // d/dx x·c with c held
+  EXPECT_TRUE(all_near(host(dx), want, 1e-6, 0));
+}
+
+}  // namespace

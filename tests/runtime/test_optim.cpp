@@ -1,0 +1,215 @@
+// Modules, backward and optimizers: parameter names and counts by reflection, seeded
+// PyTorch-default initialisation, backward into p.grad() (summed over calls, frozen
+// parameters skipped), and SGD / Adam / AdamW trajectories against float64 references of
+// PyTorch's formulas; a training step compiles once whatever the learning rate.
+#include "grad_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using namespace xtpu_test;
+using xtpu::tensor;
+
+namespace {
+
+struct block {
+  xtpu::nn::linear<3, 4> proj;
+  xtpu::nn::parameter<float, 4> scale;
+  int not_a_parameter = 7;
+};
+struct net {
+  xtpu::nn::linear<8, 3> fc1;
+  std::array<block, 2> blocks;
+  xtpu::nn::linear<4, 2> head;
+};
+
+/// A parameter whose gradient is known exactly: loss = sum(w · c) gives c.
+struct pair_model {
+  xtpu::nn::parameter<float, 3> w;
+  xtpu::nn::parameter<float, 2, 2> v;
+};
+
+}  // namespace
+
+BOOST_HANA_ADAPT_STRUCT(block, proj, scale, not_a_parameter);
+BOOST_HANA_ADAPT_STRUCT(net, fc1, blocks, head);
+BOOST_HANA_ADAPT_STRUCT(pair_model, w, v);
+
+namespace {
+
+static_assert(xtpu::nn::parameter_tensors_v<net> == 2 + 2 * 3 + 2);
+static_assert(xtpu::nn::parameter_count_v<net> == (8 * 3 + 3) + 2 * (3 * 4 + 4 + 4) + (4 * 2 + 2));
+
+TEST(Modules, NamesFollowPyTorchStateDict) {
+  const std::vector<std::string> want{"fc1.weight", "fc1.bias", "blocks.0.proj.weight", "blocks.0.proj.bias",
+                                      "blocks.0.scale", "blocks.1.proj.weight", "blocks.1.proj.bias",
+                                      "blocks.1.scale", "head.weight", "head.bias"};
+  EXPECT_EQ(xtpu::nn::parameter_names<net>(), want);
+  net model = xtpu::nn::init<net>(1);
+  std::vector<std::string> seen;
+  xtpu::nn::for_each_parameter(model, [&](const std::string& name, auto&) { seen.push_back(name); });
+  EXPECT_EQ(seen, want);
+}
+
+TEST(Modules, InitIsKaimingUniformSeededAndDeterministic) {
+  auto a = xtpu::nn::init<xtpu::nn::linear<400, 300>>(3);
+  auto b = xtpu::nn::init<xtpu::nn::linear<400, 300>>(3);
+  auto c = xtpu::nn::init<xtpu::nn::linear<400, 300>>(4);
+  xtpu::mark_step();
+  const auto wa = host(a.weight), wb = host(b.weight), wc = host(c.weight), ba = host(a.bias);
+  EXPECT_EQ(wa, wb);
+  EXPECT_NE(wa, wc);
+  EXPECT_NE(std::vector<double>(wa.begin(), wa.begin() + 300), ba);  // each parameter its own seed
+  const double bound = 1 / std::sqrt(400.0);
+  double sum = 0, sq = 0;
+  for (double v : wa) {
+    ASSERT_LE(std::abs(v), bound * (1 + 1e-6));
+    sum += v, sq += v * v;
+  }
+  for (double v : ba) ASSERT_LE(std::abs(v), bound * (1 + 1e-6));
+  const double n = static_cast<double>(wa.size());
+  EXPECT_NEAR(sum / n, 0.0, 0.01 * bound);
+  EXPECT_NEAR(sq / n, bound * bound / 3, 0.01 * bound * bound);  // uniform's variance
+}
+
+TEST(Backward, FillsGradEqualToGradAndSumsOverCalls) {
+  net model = xtpu::nn::init<net>(2);
+  const auto x = device<float, 5, 8>(values(40, 3));
+  auto run = [&](const auto& m) {
+    const auto h = m.fc1(x);                                   // (5, 3)
+    const auto g = (m.blocks[0].proj(h) * m.blocks[0].scale + m.blocks[1].proj(h)) * m.blocks[1].scale;  // (5, 4)
+    return xtpu::sum(xtpu::tanh(m.head(g)));
+  };
+  tensor<float> loss = run(model);
+  auto [dw, ds] = xtpu::grad(loss, model.fc1.weight, model.blocks[1].scale);
+  xtpu::backward(loss);
+  xtpu::mark_step();
+  ASSERT_TRUE(model.fc1.weight.has_grad());
+  EXPECT_EQ(host(model.fc1.weight.grad()), host(dw));
+  EXPECT_EQ(host(model.blocks[1].scale.grad()), host(ds));
+
+  tensor<float> again = run(model);
+  xtpu::backward(again);  // added to the gradient already there
+  xtpu::mark_step();
+  std::vector<double> twice = host(dw);
+  for (double& v : twice) v *= 2;
+  EXPECT_TRUE(all_near(host(model.fc1.weight.grad()), twice, 1e-6, 1e-7));
+
+  xtpu::nn::zero_grad(model);
+  EXPECT_FALSE(model.head.bias.has_grad());
+  EXPECT_EQ(host(model.head.bias.grad()), std::vector<double>(2, 0.0));
+}
+
+TEST(Backward, SkipsFrozenParametersAndNeedsOne) {
+  pair_model m;
+  m.w = device<float, 3>({1, 2, 3});
+  m.v = device<float, 2, 2>({1, 1, 1, 1});
+  m.v.requires_grad(false);
+  tensor<float> loss = xtpu::sum(m.w * 2.0f) + xtpu::sum(m.v);
+  xtpu::backward(loss);
+  xtpu::mark_step();
+  EXPECT_EQ(host(m.w.grad()), (std::vector<double>{2, 2, 2}));
+  EXPECT_FALSE(m.v.has_grad());
+
+  const tensor<float, 3> plain = device<float, 3>({1, 2, 3});
+  tensor<float> no_parameters = xtpu::sum(plain);
+  EXPECT_THROW(xtpu::backward(no_parameters), xtpu::error);
+  xtpu::mark_step();
+}
+
+/// float64 SGD / Adam / AdamW on pair_model with gradient c (loss = sum(w c) + sum(v d)), as
+/// torch.optim writes them; `steps` steps with a learning rate that changes every step.
+struct reference_run {
+  std::vector<double> p, m, v, buf;
+  std::vector<double> grad;
+};
+
+std::vector<double> lr_schedule(int steps) {
+  std::vector<double> lr;
+  for (int s = 0; s < steps; ++s) lr.push_back(0.1 / (1 + s));
+  return lr;
+}
+
+template <class Opt, class Step>
+void run_and_compare(Opt& opt, pair_model& model, const std::vector<double>& c, Step&& reference_step, int steps,
+                     std::int64_t* compiles_after_warmup = nullptr) {
+  const tensor<float, 3> cw = device<float, 3>({static_cast<float>(c[0]), static_cast<float>(c[1]), static_cast<float>(c[2])});
+  const tensor<float, 2, 2> cv = device<float, 2, 2>(
+      {static_cast<float>(c[3]), static_cast<float>(c[4]), static_cast<float>(c[5]), static_cast<float>(c[6])});
+  std::vector<double> p = host(model.w), pv = host(model.v);
+  p.insert(p.end(), pv.begin(), pv.end());
+  const auto lr = lr_schedule(steps);
+  for (int s = 0; s < steps; ++s) {
+    opt.options().lr = static_cast<float>(lr[static_cast<std::size_t>(s)]);
+    tensor<float> loss = xtpu::sum(model.w * cw) + xtpu::sum(model.v * cv);
+    xtpu::backward(loss);
+    xtpu::optimizer_step(opt);
+    reference_step(p, lr[static_cast<std::size_t>(s)], s + 1);
+    if (s == 2 && compiles_after_warmup) *compiles_after_warmup = xtpu::metrics::counter("UncachedCompile");
+  }
+  std::vector<double> got = host(model.w), gv = host(model.v);
+  got.insert(got.end(), gv.begin(), gv.end());
+  EXPECT_TRUE(all_near(got, p, 1e-5, 1e-7));
+  EXPECT_FALSE(model.w.has_grad());  // the step used the gradients up
+}
+
+pair_model make_pair() {
+  pair_model m;
+  m.w = device<float, 3>({0.5f, -1.0f, 2.0f});
+  m.v = device<float, 2, 2>({1.0f, -0.25f, 0.75f, -2.0f});
+  return m;
+}
+const std::vector<double> grads{0.3, -1.2, 0.05, 2.0, -0.7, 0.0, 1.5};
+
+TEST(Optim, SgdWithMomentumNesterovAndDecayMatchesTorchFormulas) {
+  for (const bool nesterov : {false, true}) {
+    pair_model model = make_pair();
+    xtpu::optim::sgd opt(model, {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = nesterov});
+    std::vector<double> buf(7);
+    auto step = [&](std::vector<double>& p, double lr, int t) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        double d = grads[i] + 0.01 * p[i];
+        buf[i] = t == 1 ? d : 0.9 * buf[i] + d;
+        p[i] -= lr * (nesterov ? d + 0.9 * buf[i] : buf[i]);
+      }
+    };
+    std::int64_t warm = 0;
+    run_and_compare(opt, model, grads, step, 12, &warm);
+    EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a new learning rate recompiled";
+  }
+}
+
+TEST(Optim, AdamAndAdamWMatchTorchFormulas) {
+  for (const bool decoupled : {false, true}) {
+    pair_model model = make_pair();
+    std::vector<double> m(7), v(7);
+    const double b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.05;
+    auto step = [&](std::vector<double>& p, double lr, int t) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        double g = grads[i];
+        if (decoupled) p[i] *= 1 - lr * wd;
+        else g += wd * p[i];
+        m[i] += (1 - b1) * (g - m[i]);
+        v[i] = b2 * v[i] + (1 - b2) * g * g;
+        const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+        p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + eps);
+      }
+    };
+    std::int64_t warm = 0;
+    if (decoupled) {
+      xtpu::optim::adamw opt(model, {.weight_decay = 0.05f});
+      run_and_compare(opt, model, grads, step, 12, &warm);
+      EXPECT_EQ(opt.steps(), 12);
+    } else {
+      xtpu::optim::adam opt(model, {.weight_decay = 0.05f});
+      run_and_compare(opt, model, grads, step, 12, &warm);
+    }
+    EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a new learning rate recompiled";
+  }
+}
+
+}  // namespace
