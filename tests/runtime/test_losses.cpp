@@ -35,7 +35,7 @@ double cross_entropy_ref(const std::vector<double>& x, const std::vector<std::in
     const auto lp = log_softmax_row(x, r);
     double mean_lp = 0;
     for (double v : lp) mean_lp += v / C;
-    total += (1 - eps) * -lp[static_cast<std::size_t>(y[r])] + eps * -mean_lp;
+    total += (1 - eps) * -lp[static_cast<std::size_t>(y[r])] + (eps != 0 ? eps * -mean_lp : 0.0);
     kept += 1;
   }
   return total / kept;
@@ -89,6 +89,38 @@ TEST(Losses, CrossEntropyOfLogitsOfTwoHundredIsFinite) {
   auto f = [&](const std::vector<double>& X) { return cross_entropy_ref(X, yv, 0.0, -100); };
   EXPECT_NEAR(loss.item(), f(widen(xv)), 1e-4);
   EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f, 1e-7), 1e-4, 1e-6));
+}
+
+TEST(Losses, CrossEntropyOfBf16LogitsAndOfAMaskedClass) {
+  const auto xv = values(B * C, 10, 3.0f);
+  const std::vector<std::int32_t> yv{0, 4, 2, 1, 1, 3};
+  const tensor<std::int32_t, B> y = xtpu::from_host<std::int32_t, B>(yv.data(), B);
+  auto xb = device<xtpu::bf16, B, C>(xv);
+  std::vector<float> masked = xv;
+  masked[0 * C + 3] = -INFINITY;  // row 0's class 3 masked out (its label is 0)
+  auto xm = device<float, B, C>(masked);
+  tensor<float> loss_bf16 = xtpu::nn::cross_entropy(xb, y);
+  tensor<float> loss_masked = xtpu::nn::cross_entropy(xm, y);
+  auto [dm] = xtpu::grad(loss_masked, xm);
+  xtpu::mark_step();
+  std::vector<double> rounded(B * C);
+  for (std::size_t i = 0; i < B * C; ++i) rounded[i] = static_cast<float>(static_cast<xtpu::bf16>(xv[i]));
+  EXPECT_NEAR(loss_bf16.item(), cross_entropy_ref(rounded, yv, 0.0, -100), 1e-5);  // log-softmax in f32
+  auto f = [&](const std::vector<double>& X) { return cross_entropy_ref(X, yv, 0.0, -100); };
+  EXPECT_NEAR(loss_masked.item(), f(widen(masked)), 1e-6);
+  const auto g = host(dm);
+  EXPECT_EQ(g[3], 0.0);  // the masked class: no NaN, no gradient
+  for (double v : g) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(TrainingOps, ArgmaxTakesTheFirstOfTiesAndTheFirstNaN) {
+  const std::vector<float> xv{1, 3, 3, 0,  /**/ -1, -2, -3, -4, /**/ 2, NAN, 5, NAN};
+  auto x = device<float, 3, 4>(xv);
+  const tensor<std::int32_t, 3> rows = xtpu::argmax<-1>(x);
+  const tensor<std::int32_t, 4> cols = xtpu::argmax<0>(x);
+  xtpu::mark_step();
+  EXPECT_EQ(host(rows), (std::vector<double>{1, 0, 1}));
+  EXPECT_EQ(host(cols), (std::vector<double>{2, 2, 2, 2}));  // NaN wins its column, as torch.argmax
 }
 
 TEST(Losses, KdSoftCeMatchesSeedDefinitionAndDetachesTheTeacher) {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -20,6 +21,7 @@ struct block {
   xtpu::nn::linear<3, 4> proj;
   xtpu::nn::parameter<float, 4> scale;
   int not_a_parameter = 7;
+  void reset_parameters(xtpu::nn::seeds& s) { scale = xtpu::random::uniform<float, 4>(s.next(), 0.5f, 1.5f); }
 };
 struct net {
   xtpu::nn::linear<8, 3> fc1;
@@ -89,6 +91,10 @@ TEST(Backward, FillsGradEqualToGradAndSumsOverCalls) {
   xtpu::backward(loss);
   xtpu::mark_step();
   ASSERT_TRUE(model.fc1.weight.has_grad());
+  double largest = 0;
+  for (double v : host(dw)) largest = std::max(largest, std::abs(v));
+  ASSERT_GT(largest, 1e-3);  // the loss depends on fc1 (block's own init ran, after its linear's)
+  EXPECT_NE(host(model.blocks[0].proj.weight), std::vector<double>(12, 0.0));
   EXPECT_EQ(host(model.fc1.weight.grad()), host(dw));
   EXPECT_EQ(host(model.blocks[1].scale.grad()), host(ds));
 
@@ -119,6 +125,24 @@ TEST(Backward, SkipsFrozenParametersAndNeedsOne) {
   tensor<float> no_parameters = xtpu::sum(plain);
   EXPECT_THROW(xtpu::backward(no_parameters), xtpu::error);
   xtpu::mark_step();
+
+  xtpu::nn::parameter<float, 3> first(plain);
+  EXPECT_THROW((xtpu::nn::parameter<float, 3>{plain}), xtpu::error);  // one value, one parameter
+}
+
+TEST(Backward, AnUpdateInTheSameStepIsNotPartOfTheNextLoss) {
+  pair_model m;
+  m.w = device<float, 3>({1, 2, 3});
+  m.v.requires_grad(false);
+  xtpu::optim::sgd opt(m, {.lr = 0.5f});
+  tensor<float> loss = xtpu::sum(m.w * 2.0f);
+  xtpu::backward(loss);
+  opt.step();  // no mark_step: the update is pending in the same step
+  tensor<float> next = xtpu::sum(m.w * 2.0f);
+  xtpu::backward(next);
+  xtpu::mark_step();
+  EXPECT_EQ(host(m.w), (std::vector<double>{0, 1, 2}));
+  EXPECT_EQ(host(m.w.grad()), (std::vector<double>{2, 2, 2}));  // once, not through the update too
 }
 
 /// float64 SGD / Adam / AdamW on pair_model with gradient c (loss = sum(w c) + sum(v d)), as
@@ -168,12 +192,14 @@ const std::vector<double> grads{0.3, -1.2, 0.05, 2.0, -0.7, 0.0, 1.5};
 TEST(Optim, SgdWithMomentumNesterovAndDecayMatchesTorchFormulas) {
   for (const bool nesterov : {false, true}) {
     pair_model model = make_pair();
-    xtpu::optim::sgd opt(model, {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = nesterov});
+    const float dampening = nesterov ? 0.0f : 0.1f;
+    xtpu::optim::sgd opt(model, {.lr = 0.1f, .momentum = 0.9f, .dampening = dampening, .weight_decay = 0.01f,
+                                 .nesterov = nesterov});
     std::vector<double> buf(7);
     auto step = [&](std::vector<double>& p, double lr, int t) {
       for (std::size_t i = 0; i < p.size(); ++i) {
         double d = grads[i] + 0.01 * p[i];
-        buf[i] = t == 1 ? d : 0.9 * buf[i] + d;
+        buf[i] = t == 1 ? d : 0.9 * buf[i] + (1 - static_cast<double>(dampening)) * d;
         p[i] -= lr * (nesterov ? d + 0.9 * buf[i] : buf[i]);
       }
     };
@@ -181,6 +207,29 @@ TEST(Optim, SgdWithMomentumNesterovAndDecayMatchesTorchFormulas) {
     run_and_compare(opt, model, grads, step, 12, &warm);
     EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a new learning rate recompiled";
   }
+  pair_model model = make_pair();
+  xtpu::optim::sgd bad(model, {.nesterov = true});
+  EXPECT_THROW(bad.step(), xtpu::error);  // Nesterov without momentum
+}
+
+TEST(Optim, AdamCountsStepsPerParameter) {
+  pair_model model = make_pair();
+  xtpu::optim::adamw opt(model);
+  model.v.requires_grad(false);
+  const tensor<float, 2, 2> cv = device<float, 2, 2>({1, 1, 1, 1});
+  for (int s = 0; s < 5; ++s) {
+    if (s == 3) model.v.requires_grad(true);  // v's first update is its own step 1
+    tensor<float> loss = xtpu::sum(model.w) + xtpu::sum(model.v * cv);
+    xtpu::backward(loss);
+    xtpu::optimizer_step(opt);
+  }
+  // two AdamW steps of gradient 1 from v0: p·(1 − lr·wd) − lr·1/(1 + eps) each (m/sqrt(v) = 1 with
+  // per-parameter bias corrections; a shared t = 4, 5 would move it about 0.6·lr and 0.7·lr)
+  const double lr = 1e-3, wd = 0.01, v0 = 1.0;
+  double want = v0;
+  for (int k = 0; k < 2; ++k) want = want * (1 - lr * wd) - lr / (1 + 1e-8);
+  EXPECT_NEAR(host(model.v)[0], want, 1e-6);
+  EXPECT_EQ(opt.steps(), 5);
 }
 
 TEST(Optim, AdamAndAdamWMatchTorchFormulas) {

@@ -5,8 +5,12 @@
 //       logits (..., C) float/bf16, labels (...) int32 -> (): the mean over the labels that are
 //       not ignore_index (default -100) of (1 - ε)·nll + ε·(−mean_c log p); log-softmax in f32
 //       with the maximum subtracted, so logits of ±200 (or more) neither overflow nor lose the
-//       gradient. Both options are run-time scalars (changing them never recompiles). All
-//       labels ignored gives NaN, as PyTorch.
+//       gradient; the label's log-probability is picked (where), so a masked class of logit
+//       −inf elsewhere in the row stays out of the loss (and out of the smoothing term, where
+//       PyTorch's gives inf), and an ignored row adds nothing. Both
+//       options are run-time scalars (changing them never recompiles). All labels ignored
+//       gives NaN, as PyTorch; a label outside 0..C−1 other than ignore_index contributes 0
+//       (PyTorch raises; checking would be a host sync).
 //   kd_soft_ce(student, teacher, T)   seed 001's distillation loss: −Σ softmax(teacher/T) ·
 //       log_softmax(student/T) over the class axis, mean over the rest, times T²; the teacher
 //       is detached (no gradient reaches it). T is a run-time scalar.
@@ -18,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "xtpu/expr/composite.hpp"
 #include "xtpu/lazy/tensor.hpp"
@@ -52,11 +57,12 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
   check::class_labels<LS, detail::shape_t<Labels>>();
   constexpr std::size_t classes = LS::dims[LS::rank - 1];
   const auto y = detail::as_tensor(labels);
-  const xtpu::detail::tensor_for_t<float, LS> logp = log_softmax<-1>(logits);  // (..., C) f32
-  const auto nll = -sum<-1>(logp * one_hot<classes>(y));                        // (...)
-  const auto smooth = -mean<-1>(logp);                                          // (...)
-  const auto keep = cast<float>(y != o.ignore_index);                           // (...)
-  return sum((nll + o.label_smoothing * (smooth - nll)) * keep) / sum(keep);
+  const xtpu::detail::tensor_for_t<float, LS> logp = log_softmax<-1>(cast<float>(logits));  // (..., C) f32
+  const auto is_label = one_hot<classes, bool>(y);                                           // (..., C)
+  const auto nll = -sum<-1>(where(is_label, logp, 0.0f));  // picks, so a -inf logit elsewhere stays out
+  const auto smooth = -mean<-1>(where(logp >= -std::numeric_limits<float>::max(), logp, 0.0f));  // finite only
+  const auto keep = y != o.ignore_index;                                                     // (...)
+  return sum(where(keep, nll + o.label_smoothing * (smooth - nll), 0.0f)) / sum(cast<float>(keep));
 }
 
 // student (..., C), teacher (..., C) -> ()
@@ -64,7 +70,7 @@ template <class Student, class Teacher>
 tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float temperature = 1.0f) {
   check::assign<detail::shape_t<Teacher>, detail::shape_t<Student>>();
   const float inv_t = 1.0f / temperature;
-  const auto logp = detail::as_tensor(log_softmax<-1>(student * inv_t));  // (..., C) f32
+  const auto logp = detail::as_tensor(log_softmax<-1>(cast<float>(student) * inv_t));  // (..., C) f32
   const auto p_teacher = detach(softmax<-1>(cast<float>(teacher) * inv_t));
   return mean(-sum<-1>(p_teacher * logp)) * (temperature * temperature);
 }

@@ -9,8 +9,8 @@
 //   parameter_count_v<M>            the number of scalars (torch: sum(p.numel())), at compile time
 //   parameter_tensors_v<M>          the number of parameters, at compile time
 //   init<M>(seed)                   a model with PyTorch's default initialisation, seeded: each
-//                                   module with a reset_parameters(seeds&) member runs it
-//                                   (nn::linear: Kaiming-uniform), taking its seeds in order
+//                                   module with a reset_parameters(seeds&) member runs it, after
+//                                   its members (nn::linear: Kaiming-uniform), seeds in that order
 //   zero_grad(model), requires_grad(model, bool)
 // Errors: E603 (a model that is not a module: no Hana reflection).
 #pragma once
@@ -108,16 +108,16 @@ void name_parameters(std::string& prefix, std::vector<std::string>& out) {
   }
 }
 
-/// Calls r.reset_parameters(s) for every module r of m that has one, outermost first.
+/// Calls r.reset_parameters(s) for every module r of m that has one, its members first (as
+/// PyTorch's submodules initialise before their parent's constructor may re-initialise them).
 template <class M>
 void reset_modules(M& m, nn::seeds& s) {
-  if constexpr (requires { m.reset_parameters(s); }) {
-    m.reset_parameters(s);
-  } else if constexpr (is_module_array_v<M>) {
+  if constexpr (is_module_array_v<M>) {
     for (auto& e : m) reset_modules(e, s);
   } else if constexpr (is_struct_v<M>) {
     boost::hana::for_each(boost::hana::accessors<M>(), [&](auto member) { reset_modules(boost::hana::second(member)(m), s); });
   }
+  if constexpr (requires { m.reset_parameters(s); }) m.reset_parameters(s);
 }
 
 /// (scalars, tensors) of the parameters of M.

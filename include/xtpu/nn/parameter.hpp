@@ -4,10 +4,12 @@
 // assigns like one (`w = w - lr * w.grad()` is a statement of the step) — with a gradient
 // that xtpu::backward(loss) adds to (torch.nn.Parameter). grad() (zeros until a backward
 // reaches it), has_grad(), zero_grad(), requires_grad(bool) (false: frozen, backward skips it).
-// A parameter is move-only: two parameters never share a gradient. Its values are the
-// tensors it takes; a backward recognises them as the parameter's (detail::grad_slot), so a
-// plain tensor that shares the value a parameter was made from shares its gradient too.
-// Shape rule: that of tensor<T, Dims...>. Errors: E602 (an int32/bool parameter).
+// A parameter is move-only: two parameters never share a gradient. Its current value is
+// linked back to it (detail::grad_slot), which is how a backward recognises it; so a plain
+// tensor that shares the value a parameter was made from shares its gradient too, and a new
+// value (an update) replaces the link. A parameter and its model belong to one thread.
+// Shape rule: that of tensor<T, Dims...>. Errors: E602 (an int32/bool parameter); xtpu::error
+// when a value that already belongs to another live parameter is given to this one.
 #pragma once
 
 #include <memory>
@@ -42,8 +44,10 @@ class parameter : public tensor<T, Dims...> {
   template <class E>
     requires(detail::node<E> || std::is_same_v<E, tensor_type>)
   parameter& operator=(const E& e) {
+    const std::shared_ptr<detail::storage> old = this->storage_ptr();
     tensor_type::operator=(e);
     link();
+    if (old && old != this->storage_ptr() && old->param.lock() == slot_) old->param.reset();  // one value at a time
     return *this;
   }
 
@@ -53,7 +57,7 @@ class parameter : public tensor<T, Dims...> {
     if (slot_->grad) return detail::tensor_access::adopt<tensor_type>(slot_->grad);
     return zeros_like();
   }
-  bool has_grad() const noexcept { return slot_->grad != nullptr; }
+  bool has_grad() const noexcept { return slot_ && slot_->grad != nullptr; }
   /// Forgets the gradient (the next backward starts from none).
   void zero_grad() noexcept { slot_->grad.reset(); }
   bool requires_grad() const noexcept { return slot_->requires_grad; }
@@ -62,7 +66,14 @@ class parameter : public tensor<T, Dims...> {
 
  private:
   static tensor_type zeros_like() { return detail::full_node<T, typename tensor_type::shape_type>(0.0); }
-  void link() { this->storage_ptr()->param = slot_; }
+  /// The value's link back to this parameter; an error if it is another live parameter's.
+  void link() {
+    auto& s = *this->storage_ptr();
+    if (auto other = s.param.lock(); other && other != slot_)
+      throw error("xtpu: nn::parameter: this value already belongs to another parameter; two parameters cannot "
+                  "share one value (a gradient would reach only one of them) — give each its own tensor");
+    s.param = slot_;
+  }
 
   std::shared_ptr<detail::grad_slot> slot_;
 };

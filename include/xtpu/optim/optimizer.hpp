@@ -3,12 +3,16 @@
 // Provides: optim::sgd (momentum, dampening, Nesterov, weight decay), optim::adam (L2 weight
 // decay added to the gradient) and optim::adamw (decoupled weight decay), each made from a
 // model (any nn module) and its options, with PyTorch's update formulas; step() records the
-// update of every parameter that has a gradient and then clears the gradients; zero_grad();
-// options() (lr and the rest are run-time scalars: changing them never recompiles);
-// steps() (Adam's t). xtpu::optimizer_step(opt) = opt.step() then mark_step() (torch_xla's
+// update of every parameter that has a gradient (outside the tape) and then clears the
+// gradients; zero_grad(); options() (the rates, betas, eps and decays are run-time scalars:
+// changing them never recompiles; turning SGD's momentum or Nesterov on or off changes the
+// graph, which compiles once more); steps() (step() calls; Adam's t is counted per parameter,
+// over the steps that updated it, as torch's state['step']). The optimizer holds the model by
+// address: the model must stay where it is while the optimizer lives. xtpu::optimizer_step(opt) = opt.step() then mark_step() (torch_xla's
 // xm.optimizer_step): forward, backward and update run as one compiled step.
 // Optimizer state (momentum buffers, Adam's moments) is in f32 for bf16 parameters too.
-// Shape rule: a state tensor has its parameter's shape. Errors: none beyond the model's (E603).
+// Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
+// module); xtpu::error from sgd's step for Nesterov without momentum or with dampening.
 #pragma once
 
 #include <cmath>
@@ -45,7 +49,7 @@ using adamw_options = adam_family_options<true>;
 namespace detail {
 /// One f32 state tensor per parameter (null until the first update that needs it).
 struct state_slots {
-  explicit state_slots(std::size_t n) : slots(n) {}
+  explicit state_slots(std::size_t n) : slots(n), steps(n, 0) {}
   /// Slot i as a tensor of the parameter P's shape in f32 (zeros if it has none yet).
   template <class P>
   auto get(std::size_t i) const {
@@ -59,11 +63,14 @@ struct state_slots {
     slots[i] = t.storage_ptr();
   }
   std::vector<std::shared_ptr<xtpu::detail::storage>> slots;
+  std::vector<std::int64_t> steps;  // per parameter: the updates it took (Adam's t, as torch's state['step'])
 };
 
-/// f(index, parameter&) for the parameters of model that have a gradient; then clears them all.
+/// f(index, parameter&) for the parameters of model that have a gradient, recorded outside
+/// the tape (an update is not part of any later loss's graph); then clears the gradients.
 template <class Model, class F>
 void update_each(Model& model, F&& f) {
+  const no_grad scope;
   std::size_t i = 0;
   nn::for_each_parameter(model, [&](const std::string&, auto& p) {
     if (p.has_grad()) f(i, p);
@@ -82,7 +89,8 @@ auto as_parameter_type(E&& e) {
 /// decoupled: AdamW's decay of the weight itself, else an L2 term added to the gradient.
 template <class P>
 void adam_update(P& p, std::size_t i, state_slots& m, state_slots& v, float lr, float beta1, float beta2, float eps,
-                 float weight_decay, bool decoupled, std::int64_t t) {
+                 float weight_decay, bool decoupled) {
+  const std::int64_t t = ++m.steps[i];
   using P_t = std::remove_cvref_t<P>;
   const auto w = cast<float>(p);
   const auto g = cast<float>(p.grad()) + (decoupled ? 0.0f : weight_decay) * w;      // (shape) f32
@@ -112,6 +120,9 @@ class sgd {
   const sgd_options& options() const noexcept { return o_; }
 
   void step() {
+    if (o_.nesterov && (o_.momentum <= 0.0f || o_.dampening != 0.0f))
+      throw error("xtpu: optim::sgd: Nesterov momentum needs momentum > 0 and dampening 0 (momentum " +
+                  std::to_string(o_.momentum) + ", dampening " + std::to_string(o_.dampening) + ")");
     detail::update_each(*model_, [&](std::size_t i, auto& p) {
       using P_t = std::remove_cvref_t<decltype(p)>;
       const auto w = cast<float>(p);
@@ -149,7 +160,7 @@ class adam_family {
   void step() {
     ++t_;
     update_each(*model_, [&](std::size_t i, auto& p) {
-      adam_update(p, i, m_, v_, o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, Decoupled, t_);
+      adam_update(p, i, m_, v_, o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, Decoupled);
     });
   }
   void zero_grad() { nn::zero_grad(*model_); }
