@@ -211,6 +211,11 @@ template <>
 struct generator_value<full_gen> {
   static double value(const double* p, std::size_t) noexcept { return p[0]; }  // int32 values stay exact
 };
+/// The 64 random bits of element i of a counter-based sampler with seed bits p[0]: splitmix64
+/// of (seed, i), the same under any thread count, tiling or path.
+inline std::uint64_t counter_bits(const double* p, std::size_t i) noexcept {
+  return mix64(std::bit_cast<std::uint64_t>(p[0]) ^ mix64(2 * static_cast<std::uint64_t>(i) + 1));
+}
 template <>
 struct generator_value<iota_gen> {
   static double value(const double* p, std::size_t i) noexcept { return p[0] + static_cast<double>(i); }
@@ -220,8 +225,7 @@ struct generator_value<iota_gen> {
 template <>
 struct generator_value<uniform_gen> {
   static float value(const double* p, std::size_t i) noexcept {
-    const std::uint64_t seed = std::bit_cast<std::uint64_t>(p[0]);
-    const std::uint64_t h = mix64(seed ^ mix64(2 * static_cast<std::uint64_t>(i) + 1));
+    const std::uint64_t h = counter_bits(p, i);
     const float u = static_cast<float>(2 * (h >> 40) + 1) * 0x1.0p-25f;
     const float lo = static_cast<float>(p[1]), hi = static_cast<float>(p[2]);
     return lo + kernels::simd::mul(hi - lo, u);
@@ -234,8 +238,7 @@ template <>
 struct generator_value<normal_gen> {
   static float value(const double* p, std::size_t i) noexcept {
     namespace s = kernels::simd;
-    const std::uint64_t seed = std::bit_cast<std::uint64_t>(p[0]);
-    const std::uint64_t h = mix64(seed ^ mix64(2 * static_cast<std::uint64_t>(i) + 1));
+    const std::uint64_t h = counter_bits(p, i);
     const float x = static_cast<float>(2 * static_cast<std::int64_t>(h >> 40) + 1 - (std::int64_t{1} << 24)) * 0x1.0p-24f;
     float w = -kernels::math::log(s::mul(1.0f - x, 1.0f + x));
     float q;

@@ -266,6 +266,18 @@ struct tensor_for<T, extents<D...>> {
 template <class T, class Shape>
 using tensor_for_t = typename tensor_for<T, Shape>::type;
 
+/// x as a tensor: x itself (as its tensor type) if it is one, else the expression recorded as a
+/// statement — an operand read more than once is then computed once.
+template <class X>
+auto as_tensor(const X& x) {
+  if constexpr (tensor_like<X>) {
+    return static_cast<const typename X::tensor_type&>(x);
+  } else {
+    using N = node_t<const X&>;
+    return tensor_for_t<typename N::value_type, typename N::shape_type>(x);
+  }
+}
+
 template <class D>
 auto node_base<D>::item() const {
   return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this)).item();

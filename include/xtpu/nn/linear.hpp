@@ -24,9 +24,7 @@ struct linear {
   // layer deep — a whole model as one nested expression takes several times longer to compile
   template <class X>
   auto operator()(X&& x) const {
-    using E = decltype(matmul<Prec>(std::forward<X>(x), transpose(weight)) + bias);
-    return xtpu::detail::tensor_for_t<typename E::value_type, typename E::shape_type>(
-        matmul<Prec>(std::forward<X>(x), transpose(weight)) + bias);
+    return detail::as_tensor(matmul<Prec>(std::forward<X>(x), transpose(weight)) + bias);
   }
 
   /// Kaiming-uniform with a = sqrt(5), as torch.nn.Linear: bound 1/sqrt(In) for both.

@@ -34,30 +34,14 @@ struct cross_entropy_options {
   std::int32_t ignore_index = -100;
 };
 
-namespace detail {
-/// x as a tensor: itself if it is one, else recorded (an operand read more than once is
-/// computed once).
-template <class X>
-auto as_tensor(const X& x) {
-  if constexpr (xtpu::detail::tensor_like<X>) {
-    return static_cast<const typename X::tensor_type&>(x);
-  } else {
-    using N = xtpu::detail::node_t<const X&>;
-    return xtpu::detail::tensor_for_t<typename N::value_type, typename N::shape_type>(x);
-  }
-}
-template <class X>
-using shape_t = typename xtpu::detail::node_t<const X&>::shape_type;
-}  // namespace detail
-
 // logits (..., C), labels (...) int32 -> ()
 template <class Logits, class Labels>
 tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_entropy_options o = {}) {
-  using LS = detail::shape_t<Logits>;
-  check::class_labels<LS, detail::shape_t<Labels>>();
+  using LS = typename detail::shape_of<Logits>::type;
+  check::class_labels<LS, typename detail::shape_of<Labels>::type>();
   constexpr std::size_t classes = LS::dims[LS::rank - 1];
   const auto y = detail::as_tensor(labels);
-  const xtpu::detail::tensor_for_t<float, LS> logp = log_softmax<-1>(cast<float>(logits));  // (..., C) f32
+  const detail::tensor_for_t<float, LS> logp = log_softmax<-1>(cast<float>(logits));  // (..., C) f32
   const auto is_label = one_hot<classes, bool>(y);                                           // (..., C)
   const auto nll = -sum<-1>(where(is_label, logp, 0.0f));  // picks, so a -inf logit elsewhere stays out
   const auto smooth = -mean<-1>(where(logp >= -std::numeric_limits<float>::max(), logp, 0.0f));  // finite only
@@ -68,7 +52,7 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
 // student (..., C), teacher (..., C) -> ()
 template <class Student, class Teacher>
 tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float temperature = 1.0f) {
-  check::assign<detail::shape_t<Teacher>, detail::shape_t<Student>>();
+  check::assign<typename detail::shape_of<Teacher>::type, typename detail::shape_of<Student>::type>();
   const float inv_t = 1.0f / temperature;
   const auto logp = detail::as_tensor(log_softmax<-1>(cast<float>(student) * inv_t));  // (..., C) f32
   const auto p_teacher = detach(softmax<-1>(cast<float>(teacher) * inv_t));
@@ -77,14 +61,14 @@ tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float t
 
 template <class A, class B>
 tensor<float> mse(const A& a, const B& b) {
-  check::assign<detail::shape_t<B>, detail::shape_t<A>>();
+  check::assign<typename detail::shape_of<B>::type, typename detail::shape_of<A>::type>();
   return mean(square(cast<float>(a) - cast<float>(b)));
 }
 
 // logits (...), targets (...) in [0, 1] -> ()
 template <class X, class Y>
 tensor<float> binary_cross_entropy_with_logits(const X& logits, const Y& targets) {
-  check::assign<detail::shape_t<Y>, detail::shape_t<X>>();
+  check::assign<typename detail::shape_of<Y>::type, typename detail::shape_of<X>::type>();
   const auto x = detail::as_tensor(cast<float>(logits));
   return mean((1.0f - cast<float>(targets)) * x + softplus(-x));
 }

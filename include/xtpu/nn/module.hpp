@@ -62,47 +62,32 @@ using member_t = std::remove_cvref_t<decltype(boost::hana::second(std::declval<A
 template <class M>
 inline constexpr bool is_struct_v = boost::hana::Struct<M>::value;
 
-/// Calls f(name, parameter&) for every parameter of m, name prefixed by `prefix`.
-template <class M, class F>
-void visit_parameters(M& m, std::string& prefix, F& f) {
-  if constexpr (nn::is_parameter_v<std::remove_const_t<M>>) {
-    f(std::as_const(prefix), m);
-  } else if constexpr (is_module_array_v<std::remove_const_t<M>>) {
-    const std::size_t at = prefix.size();
-    for (std::size_t i = 0; i < m.size(); ++i) {
-      prefix += (at ? "." : "") + std::to_string(i);
-      visit_parameters(m[i], prefix, f);
-      prefix.resize(at);
-    }
-  } else if constexpr (is_struct_v<std::remove_const_t<M>>) {
-    boost::hana::for_each(boost::hana::accessors<std::remove_const_t<M>>(), [&](auto member) {
-      const std::size_t at = prefix.size();
-      if (at) prefix += '.';
-      prefix += boost::hana::to<const char*>(boost::hana::first(member));
-      visit_parameters(boost::hana::second(member)(m), prefix, f);
-      prefix.resize(at);
-    });
-  }
+/// &get(*m), or null of that type when m is null (a walk over the types alone).
+template <class M, class Get>
+auto member_ptr(M* m, Get get) -> decltype(&get(*m)) {
+  return m ? &get(*m) : nullptr;
 }
 
-/// Appends the names visit_parameters would give M's parameters.
-template <class M>
-void name_parameters(std::string& prefix, std::vector<std::string>& out) {
-  if constexpr (nn::is_parameter_v<M>) {
-    out.push_back(prefix);
-  } else if constexpr (is_module_array_v<M>) {
+/// Calls f(name, parameter*) for every parameter of *m, name prefixed by `prefix`. m may be a
+/// null M*: the walk then reads the types alone and f gets null pointers (parameter_names).
+template <class M, class F>
+void walk_parameters(M* m, std::string& prefix, F& f) {
+  using U = std::remove_const_t<M>;
+  if constexpr (nn::is_parameter_v<U>) {
+    f(std::as_const(prefix), m);
+  } else if constexpr (is_module_array_v<U>) {
     const std::size_t at = prefix.size();
-    for (std::size_t i = 0; i < std::tuple_size_v<M>; ++i) {
+    for (std::size_t i = 0; i < std::tuple_size_v<U>; ++i) {
       prefix += (at ? "." : "") + std::to_string(i);
-      name_parameters<typename M::value_type>(prefix, out);
+      walk_parameters(member_ptr(m, [i](auto& a) -> auto& { return a[i]; }), prefix, f);
       prefix.resize(at);
     }
-  } else if constexpr (is_struct_v<M>) {
-    boost::hana::for_each(boost::hana::accessors<M>(), [&](auto member) {
+  } else if constexpr (is_struct_v<U>) {
+    boost::hana::for_each(boost::hana::accessors<U>(), [&](auto member) {
       const std::size_t at = prefix.size();
       if (at) prefix += '.';
       prefix += boost::hana::to<const char*>(boost::hana::first(member));
-      name_parameters<member_t<M, decltype(member)>>(prefix, out);
+      walk_parameters(member_ptr(m, [&](auto& o) -> auto& { return boost::hana::second(member)(o); }), prefix, f);
       prefix.resize(at);
     });
   }
@@ -159,7 +144,8 @@ template <class M, class F>
 void for_each_parameter(M& model, F&& f) {
   detail::check_module<std::remove_const_t<M>>();
   std::string prefix;
-  detail::visit_parameters(model, prefix, f);
+  auto on_parameter = [&](const std::string& name, auto* p) { f(name, *p); };
+  detail::walk_parameters(&model, prefix, on_parameter);
 }
 
 /// The names for_each_parameter gives, from M's type alone (no model is made).
@@ -169,7 +155,8 @@ std::vector<std::string> parameter_names() {
   std::vector<std::string> names;
   names.reserve(parameter_tensors_v<M>);
   std::string prefix;
-  detail::name_parameters<M>(prefix, names);
+  auto on_parameter = [&](const std::string& name, const auto*) { names.push_back(name); };
+  detail::walk_parameters(static_cast<const M*>(nullptr), prefix, on_parameter);
   return names;
 }
 

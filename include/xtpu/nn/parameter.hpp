@@ -55,7 +55,7 @@ class parameter : public tensor<T, Dims...> {
   /// zeros if none reached this parameter.
   tensor_type grad() const {
     if (slot_->grad) return detail::tensor_access::adopt<tensor_type>(slot_->grad);
-    return zeros_like();
+    return zeros<T, Dims...>();
   }
   bool has_grad() const noexcept { return slot_ && slot_->grad != nullptr; }
   /// Forgets the gradient (the next backward starts from none).
@@ -65,7 +65,6 @@ class parameter : public tensor<T, Dims...> {
   void requires_grad(bool on) noexcept { slot_->requires_grad = on; }
 
  private:
-  static tensor_type zeros_like() { return detail::full_node<T, typename tensor_type::shape_type>(0.0); }
   /// The value's link back to this parameter; an error if it is another live parameter's.
   void link() {
     auto& s = *this->storage_ptr();
