@@ -1,5 +1,6 @@
 // Prints the fingerprints of a set of expressions. tests/cross/compare.cmake builds this one
 // translation unit with g++ and with clang++ and requires the two outputs to be identical.
+#define XTPU_NO_AUTODIFF  // takes no gradient: its statements keep no rule (docs/training.md)
 #include <xtpu/xtpu.hpp>
 
 #include <cstdio>

@@ -6,6 +6,7 @@
 // and with clang++ -O2 -march=native -ffp-contract=fast, and requires the same output: the
 // library's loops are not contracted or reassociated by the user's compiler or flags, and the
 // lane width a build compiled in (SSE only at -march=x86-64) changes no bit.
+#define XTPU_NO_AUTODIFF  // takes no gradient: its statements keep no rule (docs/training.md)
 #include <xtpu/xtpu.hpp>
 
 #include <bit>

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -67,20 +68,26 @@ void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, 
   }
 }
 
+/// for_ranges' body, type-erased: one copy of the split however many loops call it, and one of
+/// each loop (called through fn on one thread or many).
+[[gnu::noinline]] inline void run_ranges(std::size_t n, std::size_t grain, void (*fn)(void*, std::size_t, std::size_t),
+                                         void* ctx) {
+  const std::size_t most = static_cast<std::size_t>(kernels::num_threads());
+  const std::size_t t = std::min(most, std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
+  if (t <= 1) return fn(ctx, 0, n);
+  kernels::detail::thread_pool::instance().run(static_cast<int>(t), [&](int k) {
+    const auto piece = [&](std::size_t j) { return j == t ? n : n * j / t / 64 * 64; };
+    fn(ctx, piece(static_cast<std::size_t>(k)), piece(static_cast<std::size_t>(k) + 1));
+  });
+}
+
 /// f(begin, end) over [0, n) in pieces of at least `grain` (a multiple of 64 each but the
 /// last), on up to XTPU_NUM_THREADS threads. Which thread runs a piece changes no result.
 template <class F>
 void for_ranges(std::size_t n, std::size_t grain, F&& f) {
-  const std::size_t most = static_cast<std::size_t>(kernels::num_threads());
-  const std::size_t t = std::min(most, std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
-  if (t <= 1) {
-    f(std::size_t{0}, n);
-    return;
-  }
-  kernels::detail::thread_pool::instance().run(static_cast<int>(t), [&](int k) {
-    const auto piece = [&](std::size_t j) { return j == t ? n : n * j / t / 64 * 64; };
-    f(piece(static_cast<std::size_t>(k)), piece(static_cast<std::size_t>(k) + 1));
-  });
+  using fn_t = std::remove_reference_t<F>;
+  run_ranges(n, grain, [](void* ctx, std::size_t b0, std::size_t b1) { (*static_cast<fn_t*>(ctx))(b0, b1); },
+             const_cast<void*>(static_cast<const void*>(std::addressof(f))));
 }
 
 // ---- the canonical reduction order --------------------------------------------------------

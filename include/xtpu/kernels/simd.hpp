@@ -87,18 +87,24 @@ inline path active_path() noexcept {
   return path::scalar;
 }
 
+/// The paths dispatch instantiates a loop for: those active_path() can return. SSE only in a
+/// build without AVX2 (with AVX2 compiled in, active_path never picks it), so a loop costs the
+/// compiler two or three instantiations, not four.
+template <path P>
+inline constexpr bool dispatched_v = compiled_v<P> && (P != path::sse || !compiled_v<path::avx2>);
+
 /// Calls f(std::integral_constant<path, P>{}) for the active path.
 template <class F>
 decltype(auto) dispatch(F&& f) {
   switch (active_path()) {
     case path::avx512:
-      if constexpr (compiled_v<path::avx512>) return f(std::integral_constant<path, path::avx512>{});
+      if constexpr (dispatched_v<path::avx512>) return f(std::integral_constant<path, path::avx512>{});
       [[fallthrough]];
     case path::avx2:
-      if constexpr (compiled_v<path::avx2>) return f(std::integral_constant<path, path::avx2>{});
+      if constexpr (dispatched_v<path::avx2>) return f(std::integral_constant<path, path::avx2>{});
       [[fallthrough]];
     case path::sse:
-      if constexpr (compiled_v<path::sse>) return f(std::integral_constant<path, path::sse>{});
+      if constexpr (dispatched_v<path::sse>) return f(std::integral_constant<path, path::sse>{});
       [[fallthrough]];
     default:
       return f(std::integral_constant<path, path::scalar>{});

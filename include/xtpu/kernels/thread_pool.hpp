@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -35,35 +36,9 @@ class thread_pool {
 
   template <class F>
   void run(int n, F&& f) {
-    if (n <= 0) return;
-    if (n == 1) {
-      f(0);
-      return;
-    }
     using fn_t = std::remove_reference_t<F>;
-    job j;
-    j.n = n;
-    j.fn = [](void* ctx, int i) { (*static_cast<fn_t*>(ctx))(i); };
-    j.ctx = const_cast<void*>(static_cast<const void*>(std::addressof(f)));
-    {
-      std::lock_guard lock(mu_);
-      grow(n - 1);
-      queue_.push_back(&j);
-      queued_.fetch_add(1, std::memory_order_release);
-    }
-    cv_.notify_all();
-    work_on(j);  // the caller claims indices too: progress without any free worker
-    {
-      std::unique_lock lock(mu_);
-      dequeue(&j);
-    }
-    // wait for the indices other threads claimed: spin a little, then sleep
-    for (int i = 0; i < 20000 && !finished(j); ++i) std::this_thread::yield();
-    {
-      std::unique_lock lock(mu_);
-      done_cv_.wait(lock, [&] { return finished(j) && j.holders == 0; });
-    }
-    if (j.error) std::rethrow_exception(j.error);
+    run_job(n, [](void* ctx, int i) { (*static_cast<fn_t*>(ctx))(i); },
+            const_cast<void*>(static_cast<const void*>(std::addressof(f))));
   }
 
   ~thread_pool() {
@@ -89,6 +64,35 @@ class thread_pool {
   };
 
   thread_pool() = default;
+
+  /// run()'s work, type-erased: one copy however many kernels call run, and one of each f.
+  [[gnu::noinline]] void run_job(int n, void (*fn)(void*, int), void* ctx) {
+    if (n <= 0) return;
+    if (n == 1) return fn(ctx, 0);
+    job j;
+    j.n = n;
+    j.fn = fn;
+    j.ctx = ctx;
+    {
+      std::lock_guard lock(mu_);
+      grow(n - 1);
+      queue_.push_back(&j);
+      queued_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    work_on(j);  // the caller claims indices too: progress without any free worker
+    {
+      std::unique_lock lock(mu_);
+      dequeue(&j);
+    }
+    // wait for the indices other threads claimed: spin a little, then sleep
+    for (int i = 0; i < 20000 && !finished(j); ++i) std::this_thread::yield();
+    {
+      std::unique_lock lock(mu_);
+      done_cv_.wait(lock, [&] { return finished(j) && j.holders == 0; });
+    }
+    if (j.error) std::rethrow_exception(j.error);
+  }
 
   static bool finished(const job& j) noexcept { return j.finished.load(std::memory_order_acquire) == j.n; }
 
