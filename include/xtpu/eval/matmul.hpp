@@ -34,10 +34,6 @@ float* out_f32(T* out, std::size_t offset, std::vector<float>& scratch, std::siz
   }
 }
 
-template <class N>
-inline constexpr bool is_leaf_v = false;
-template <class T, bool O>
-inline constexpr bool is_leaf_v<leaf<T, O>> = true;
 
 /// A node that is a tensor with its last two axes swapped (transpose(x) of a tensor).
 template <class N>

@@ -195,6 +195,14 @@ struct leaf : detail::node_base<leaf<Tensor, Owned>> {
   void collect_own(detail::recorder& r) const { r.leaf(storage()); }
 };
 
+namespace detail {
+/// Is node N a tensor leaf (a value read as it is)?
+template <class N>
+inline constexpr bool is_leaf_v = false;
+template <class Tensor, bool Owned>
+inline constexpr bool is_leaf_v<leaf<Tensor, Owned>> = true;
+}  // namespace detail
+
 /// A C++ scalar: a run-time graph input (changing it never recompiles), weakly typed.
 template <class T>
 struct scalar : detail::node_base<scalar<T>> {

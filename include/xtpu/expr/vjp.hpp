@@ -4,7 +4,8 @@
 // Provides: detail::vjp<Offset>(n, g, sink) — given g, the gradient of n's value, hands
 // `sink(index_constant<Offset + i>, leaf, gi)` the gradient of every floating leaf i under n
 // (leaves numbered in post-order, as detail::collect hands them to a step); subtrees with no
-// leaf the sink wants (`sink.wants(first, last)`) are skipped at run time, and no gradient
+// leaf the sink wants (`sink.wants(first, last)`) are skipped at run time, a gradient that
+// reaches a node with several leaves is made a value first (`sink.materialize(g)`), and no gradient
 // flows through a value that is not floating (int32, bool). detail::fit_to<Shape>(g) — a
 // gradient of a broadcast shape summed (and, for a smaller one, broadcast) back to Shape.
 // Shape rule: the gradient handed to a node has exactly that node's shape (fit_to).
@@ -78,11 +79,18 @@ template <class N>
 struct vjp_rule;  // one per node kind, below
 
 /// Hands sink the gradients of the leaves under n, given g (n's shape, or one that fits it).
+/// Where the walk branches (n has more than one leaf) a g that is still an expression becomes a
+/// value first (sink.materialize: one gradient statement): the branches read it instead of each
+/// repeating it, so a gradient statement holds one node's rule, not the whole path to the root.
 template <std::size_t Offset, class N, class G, class Sink>
 void vjp(const N& n, G&& g, Sink& sink) {
   if constexpr (is_floating_v<typename N::value_type> && N::n_leaves > 0) {
     if (!sink.wants(Offset, Offset + N::n_leaves)) return;
-    vjp_rule<N>::template apply<Offset>(n, fit_to<typename N::shape_type>(std::forward<G>(g)), sink);
+    auto gn = fit_to<typename N::shape_type>(std::forward<G>(g));
+    if constexpr (N::n_leaves > 1 && !is_leaf_v<decltype(gn)>)
+      vjp_rule<N>::template apply<Offset>(n, sink.materialize(gn), sink);
+    else
+      vjp_rule<N>::template apply<Offset>(n, gn, sink);
   }
 }
 

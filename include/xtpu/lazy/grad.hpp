@@ -172,6 +172,12 @@ struct leaf_sink {
       if (want[i]) return true;
     return false;
   }
+  /// g recorded as a gradient statement of its own: the owning leaf of its value.
+  template <class G>
+  auto materialize(const G& g) {
+    using T = tensor_for_t<typename G::value_type, typename G::shape_type>;
+    return as_node(tensor_access::record_untaped<T>(state.s, g));
+  }
   template <std::size_t I, class Tensor, bool O, class G>
   void operator()(index_constant<I>, const leaf<Tensor, O>&, const G& g) {
     if constexpr (is_floating_v<typename Tensor::value_type>)
