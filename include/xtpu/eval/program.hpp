@@ -22,6 +22,7 @@
 
 #include "xtpu/eval/cost.hpp"
 #include "xtpu/eval/evaluator.hpp"
+#include "xtpu/eval/flat.hpp"
 #include "xtpu/eval/layout.hpp"
 #include "xtpu/eval/loop.hpp"
 #include "xtpu/eval/matmul.hpp"
@@ -50,13 +51,14 @@ void run_materialized(const bound& b, void* dst) {
   evaluator<N>::template compute<S>(b, static_cast<typename N::value_type*>(dst));
 }
 
-/// Elements [begin, end) of the loop `dst = N`, on the active path (kernels/simd.hpp), in
-/// xtpu's floating-point environment.
-template <class N>
+/// Elements [begin, end) of the loop `dst = L`, on the active path (kernels/simd.hpp), in
+/// xtpu's floating-point environment. L is a statement's loop_t (eval/flat.hpp): one function
+/// for the statements that differ only in shape.
+template <class L>
 void run_elementwise_range(const bound& b, void* dst, std::size_t begin, std::size_t end) {
   kernels::simd::fp_env env;
   kernels::simd::dispatch([&](auto p) {
-    loop_range<N, decltype(p)::value>(b, static_cast<typename N::value_type*>(dst), begin, end);
+    loop_range<L, decltype(p)::value>(b, static_cast<typename L::value_type*>(dst), begin, end);
   });
 }
 
@@ -65,7 +67,8 @@ inline constexpr std::size_t loop_grain = 32768;
 
 template <class N>
 void run_elementwise(const bound& b, void* dst) {
-  for_ranges(N::shape_type::size, loop_grain, [&](std::size_t b0, std::size_t b1) { run_elementwise_range<N>(b, dst, b0, b1); });
+  for_ranges(N::shape_type::size, loop_grain,
+             [&](std::size_t b0, std::size_t b1) { run_elementwise_range<loop_t<N>>(b, dst, b0, b1); });
 }
 
 template <std::size_t A, std::size_t B>
@@ -76,15 +79,6 @@ constexpr std::array<kernel_desc, A + B> concat(const std::array<kernel_desc, A>
   for (std::size_t i = 0; i < B; ++i) r[A + i] = b[i];
   return r;
 }
-
-template <class N>
-inline constexpr bool is_map_v = false;
-template <class Op, class... C>
-inline constexpr bool is_map_v<map<Op, C...>> = true;
-template <class N>
-inline constexpr bool is_reshape_v = false;
-template <class Shape, class C>
-inline constexpr bool is_reshape_v<reshape_node<Shape, C>> = true;
 
 /// Bits [first, first + n) of a leaf mask (leaves past 63 have no bit).
 constexpr std::uint64_t leaf_bits(std::size_t first, std::size_t n) noexcept {
@@ -139,7 +133,7 @@ constexpr kernel_desc describe(void (*run)(const bound&, void*)) {
   } else if constexpr (N::materialized) {
     d.kind = "reduce";
   } else {
-    d.run_range = &run_elementwise_range<N>;
+    d.run_range = &run_elementwise_range<loop_t<N>>;
     d.same_index_leaves = same_index_leaves<N, S>();
   }
   return d;

@@ -266,6 +266,18 @@ struct reshape_node : detail::node_base<reshape_node<Shape, C>> {
   children args;
 };
 
+namespace detail {
+/// Is node N an elementwise map, a reshape?
+template <class N>
+inline constexpr bool is_map_v = false;
+template <class Op, class... C>
+inline constexpr bool is_map_v<map<Op, C...>> = true;
+template <class N>
+inline constexpr bool is_reshape_v = false;
+template <class Shape, class C>
+inline constexpr bool is_reshape_v<reshape_node<Shape, C>> = true;
+}  // namespace detail
+
 template <class C, std::size_t... Perm>
 struct permute_node : detail::node_base<permute_node<C, Perm...>> {
   using value_type = typename C::value_type;
