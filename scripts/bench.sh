@@ -4,7 +4,8 @@
 # the loop suite against a hand loop, op by op, xtensor + xsimd and PyTorch (the table and
 # docs/img/loops.png of docs/benchmarks.md, from build/gcc/benchmarks/loops.json and torch_loops.json);
 # the ulp table of docs/numerics.md (every 16th float); and, when the seeds' workload is
-# beside the project (../shared/workloads/mlp), xtpu vs PyTorch vs LibTorch on it.
+# beside the project (../shared/workloads/mlp), xtpu vs PyTorch vs LibTorch on it; the training
+# workload (gradients by autodiff, SGD and AdamW) against PyTorch (benchmarks/training/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # the peers: matplotlib for the plot; PyTorch, LibTorch and Fashion-MNIST for the workload
@@ -22,3 +23,4 @@ cmake --build --preset gcc --target bench_mark_step bench_loops bench_matmul ulp
 bash benchmarks/compile_time.sh
 ./build/gcc/benchmarks/ulp_sweep 16
 if [ -f ../shared/workloads/mlp/run.sh ]; then bash ../shared/workloads/mlp/run.sh 1 2; fi
+bash benchmarks/training/run.sh 1 2

@@ -67,6 +67,49 @@ TEST(Grad, MatmulAndBatchedMatmulAtHighestPrecision) {
   EXPECT_TRUE(all_near(host(dw2), wdw2, 1e-5, 1e-6));
 }
 
+TEST(Grad, MatmulOfTransposedOperandsGivesTheOperandsOwnGradient) {
+  // x Wᵀ with W stored (out, in) as nn::linear's, xtᵀ on the left, a batch against Wᵀ, and a
+  // transpose of a transpose: the rule's one-product shortcut against the same sums as above
+  const auto xv = values(24, 16), wv = values(18, 17), rv = values(12, 18), av = values(48, 19), r2 = values(24, 20);
+  std::vector<float> xtv(24), wtv(18);  // x (4, 6) stored transposed (6, 4); w (6, 3) stored (3, 6)
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t k = 0; k < 6; ++k) xtv[k * 4 + i] = xv[i * 6 + k];
+  for (std::size_t k = 0; k < 6; ++k)
+    for (std::size_t j = 0; j < 3; ++j) wtv[j * 6 + k] = wv[k * 3 + j];
+  constexpr auto hi = xtpu::precision::highest;
+  auto xt = device<float, 6, 4>(xtv);
+  auto wt = device<float, 3, 6>(wtv);
+  auto x = device<float, 4, 6>(xv);
+  auto r = device<float, 4, 3>(rv);
+  auto a = device<float, 2, 4, 6>(av);
+  auto rr = device<float, 2, 4, 3>(r2);
+  tensor<float> l1 = xtpu::sum(xtpu::matmul<hi>(xtpu::transpose(xt), xtpu::transpose(wt)) * r);
+  tensor<float> l2 = xtpu::sum(xtpu::matmul<hi>(a, xtpu::transpose(wt)) * rr);
+  tensor<float> l3 = xtpu::sum(xtpu::matmul<hi>(xtpu::transpose(xtpu::transpose(x)), xtpu::transpose(wt)) * r);
+  auto [dxt, dwt] = xtpu::grad(l1, xt, wt);
+  auto [da, dwt2] = xtpu::grad(l2, a, wt);
+  auto [dx, dwt3] = xtpu::grad(l3, x, wt);
+  xtpu::mark_step();
+  std::vector<double> wdx(24, 0), wdxt(24, 0), wdwt(18, 0), wda(48, 0), wdwt2(18, 0);
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t k = 0; k < 6; ++k)
+      for (std::size_t j = 0; j < 3; ++j) {
+        wdx[i * 6 + k] += double(rv[i * 3 + j]) * wv[k * 3 + j];
+        wdxt[k * 4 + i] += double(rv[i * 3 + j]) * wv[k * 3 + j];
+        wdwt[j * 6 + k] += double(xv[i * 6 + k]) * rv[i * 3 + j];
+        for (std::size_t b = 0; b < 2; ++b) {
+          wda[b * 24 + i * 6 + k] += double(r2[b * 12 + i * 3 + j]) * wv[k * 3 + j];
+          wdwt2[j * 6 + k] += double(av[b * 24 + i * 6 + k]) * r2[b * 12 + i * 3 + j];
+        }
+      }
+  EXPECT_TRUE(all_near(host(dxt), wdxt, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dwt), wdwt, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(da), wda, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dwt2), wdwt2, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dx), wdx, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dwt3), wdwt, 1e-5, 1e-6));
+}
+
 TEST(Grad, FlowsThroughNamedStatementsAndReassignedTensors) {
   constexpr auto hi = xtpu::precision::highest;
   const auto xv = values(48, 21), w1v = values(30, 22), b1v = values(5, 23), w2v = values(15, 24);

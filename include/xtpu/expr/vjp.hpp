@@ -256,15 +256,33 @@ struct vjp_rule<concat_node<Axis, C...>> {
 
 // ---- materialized ----------------------------------------------------------------------------
 
+/// Is N a transpose (a permute that swaps the last two axes)?
+template <class N>
+inline constexpr bool is_transpose_v = false;
+template <class C, std::size_t... Perm>
+inline constexpr bool is_transpose_v<permute_node<C, Perm...>> =
+    std::array<std::size_t, sizeof...(Perm)>{Perm...} == transpose_perm<sizeof...(Perm)>();
+
+/// e with its last two axes swapped: a transpose's operand itself, else transpose(e).
+template <class E>
+constexpr auto transposed(const E& e) {
+  if constexpr (is_transpose_v<E>) return std::get<0>(e.args);
+  else return transpose(e);
+}
+
 /// (.., M, K) x (.., K, N): dL = g rhs^T, dR = lhs^T g at the product's precision (batch axes
-/// that were broadcast are summed by fit_to).
+/// that were broadcast are summed by fit_to). An operand that is a transpose, t(W) (nn::linear's
+/// weight), gets W's gradient as one product — dW = g^T lhs, or rhs g^T — instead of a product
+/// then a transposing copy; and t(t(W)) is W.
 template <precision Prec, class L, class R>
 struct vjp_rule<matmul_node<Prec, L, R>> {
   template <std::size_t Offset, class G, class Sink>
   static void apply(const matmul_node<Prec, L, R>& n, const G& g, Sink& sink) {
     const auto& [l, r] = n.args;
-    push<Offset, 0>(n, matmul<Prec>(g, transpose(r)), sink);
-    push<Offset, 1>(n, matmul<Prec>(transpose(l), g), sink);
+    if constexpr (is_transpose_v<L>) vjp<Offset>(std::get<0>(l.args), matmul<Prec>(r, transposed(g)), sink);
+    else push<Offset, 0>(n, matmul<Prec>(g, transposed(r)), sink);
+    if constexpr (is_transpose_v<R>) vjp<Offset + L::n_leaves>(std::get<0>(r.args), matmul<Prec>(transposed(g), l), sink);
+    else push<Offset, 1>(n, matmul<Prec>(transposed(l), g), sink);
   }
 };
 

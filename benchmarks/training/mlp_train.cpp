@@ -1,0 +1,117 @@
+// The training issue's workload, gradients by autodiff: an MLP 784-512-512-10 (ReLU) on
+// Fashion-MNIST, batch 128, cross_entropy, xtpu::backward and one optimizer_step per batch —
+// SGD (lr 0.05, as the seeds' workload) or AdamW (lr 1e-3, weight decay 0.01). Its twin in
+// PyTorch is mlp_train_torch.py; run.sh runs both (and the seeds' hand-written xtpu step, when
+// ../shared/workloads/mlp is there) in one go.
+// The data: the first `batches` batches of the training set, on the device before timing
+// (both programs do the same), visited in order.
+// Usage: mlp_train sgd|adamw [windows]   prints "median <samples/s>" over `windows` windows of
+//        50 steps each, after 20 warm-up steps (the first compiles), and the last loss.
+// Data: $FASHION_DIR/train-images-idx3-ubyte and train-labels-idx1-ubyte (run.sh decompresses them).
+#include <xtpu/xtpu.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+constexpr std::size_t batch = 128, in = 784, hidden = 512, classes = 10, batches = 32, window = 50, warmup = 20;
+
+struct mlp {
+  xtpu::nn::linear<in, hidden> fc1;
+  xtpu::nn::linear<hidden, hidden> fc2;
+  xtpu::nn::linear<hidden, classes> head;
+  template <class X>
+  auto operator()(const X& x) const {
+    return head(xtpu::relu(fc2(xtpu::relu(fc1(x)))));
+  }
+};
+}  // namespace
+BOOST_HANA_ADAPT_STRUCT(mlp, fc1, fc2, head);
+
+namespace {
+std::vector<unsigned char> read_idx(const std::string& path, std::uint32_t magic, std::size_t header) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open " + path + " (set FASHION_DIR; run.sh prepares it)");
+  std::vector<unsigned char> b{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  const auto be32 = [&](std::size_t at) {
+    return std::uint32_t{b.at(at)} << 24 | std::uint32_t{b.at(at + 1)} << 16 | std::uint32_t{b.at(at + 2)} << 8 | b.at(at + 3);
+  };
+  if (be32(0) != magic) throw std::runtime_error(path + ": not an idx file of the expected kind");
+  b.erase(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(header));
+  return b;
+}
+
+struct data {
+  std::vector<xtpu::tensor<float, batch, in>> x;
+  std::vector<xtpu::tensor<std::int32_t, batch>> y;
+};
+
+data load(const std::string& dir) {
+  const auto images = read_idx(dir + "/train-images-idx3-ubyte", 0x803, 16);
+  const auto labels = read_idx(dir + "/train-labels-idx1-ubyte", 0x801, 8);
+  if (images.size() < batches * batch * in || labels.size() < batches * batch) throw std::runtime_error("too few images");
+  data d;
+  std::vector<float> px(batch * in);
+  std::vector<std::int32_t> py(batch);
+  for (std::size_t b = 0; b < batches; ++b) {
+    for (std::size_t i = 0; i < batch * in; ++i) px[i] = static_cast<float>(images[b * batch * in + i]) / 255.0f;
+    for (std::size_t i = 0; i < batch; ++i) py[i] = labels[b * batch + i];
+    d.x.push_back(xtpu::from_host<float, batch, in>(px.data(), px.size()));
+    d.y.push_back(xtpu::from_host<std::int32_t, batch>(py.data(), py.size()));
+  }
+  return d;
+}
+
+template <class Optimizer>
+int run(mlp& model, Optimizer& opt, const data& d, int windows) {
+  std::size_t step = 0;
+  xtpu::tensor<float> loss;
+  const auto train = [&] {
+    loss = xtpu::nn::cross_entropy(model(d.x[step % batches]), d.y[step % batches]);
+    xtpu::backward(loss);
+    xtpu::optimizer_step(opt);  // runs the step
+    ++step;
+  };
+  for (std::size_t i = 0; i < warmup; ++i) train();
+  std::vector<double> rates;
+  for (int w = 0; w < windows; ++w) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < window; ++i) train();
+    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    rates.push_back(static_cast<double>(window * batch) / dt.count());
+  }
+  std::sort(rates.begin(), rates.end());
+  std::printf("xtpu autodiff: %zu steps, loss %.4f, median %.1f samples/s\n", step, static_cast<double>(loss.item()),
+              rates[rates.size() / 2]);
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string which = argc > 1 ? argv[1] : "sgd";
+  const int windows = argc > 2 ? std::max(1, std::atoi(argv[2])) : 7;
+  const char* dir = std::getenv("FASHION_DIR");
+  const data d = load(dir ? dir : ".");
+  mlp model = xtpu::nn::init<mlp>(/*seed*/ 0);
+  if (which == "sgd") {
+    xtpu::optim::sgd opt(model, {.lr = 0.05f});
+    return run(model, opt, d, windows);
+  }
+  if (which == "adamw") {
+    xtpu::optim::adamw opt(model, {.lr = 1e-3f, .weight_decay = 0.01f});
+    return run(model, opt, d, windows);
+  }
+  std::fprintf(stderr, "usage: mlp_train sgd|adamw [windows]\n");
+  return 2;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "mlp_train: %s\n", e.what());
+  return 1;
+}
