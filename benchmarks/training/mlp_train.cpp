@@ -1,8 +1,8 @@
 // The training issue's workload, gradients by autodiff: an MLP 784-512-512-10 (ReLU) on
 // Fashion-MNIST, batch 128, cross_entropy, xtpu::backward and one optimizer_step per batch —
 // SGD (lr 0.05, as the seeds' workload) or AdamW (lr 1e-3, weight decay 0.01). Its twin in
-// PyTorch is mlp_train_torch.py; run.sh runs both (and the seeds' hand-written xtpu step, when
-// ../shared/workloads/mlp is there) in one go.
+// PyTorch is mlp_train_torch.py; run.sh runs both in one go. Products at precision::default_
+// (bf16 operands, f32 accumulation), the TPU's default, as in the seeds' workload.
 // The data: the first `batches` batches of the training set, on the device before timing
 // (both programs do the same), visited in order.
 // Usage: mlp_train sgd|adamw [windows]   prints "median <samples/s>" over `windows` windows of

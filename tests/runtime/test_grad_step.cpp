@@ -68,8 +68,9 @@ TEST(Grad, MatmulAndBatchedMatmulAtHighestPrecision) {
 }
 
 TEST(Grad, MatmulOfTransposedOperandsGivesTheOperandsOwnGradient) {
-  // x Wᵀ with W stored (out, in) as nn::linear's, xtᵀ on the left, a batch against Wᵀ, and a
-  // transpose of a transpose: the rule's one-product shortcut against the same sums as above
+  // x Wᵀ with W stored (out, in) as nn::linear's, xtᵀ on the left, a batch against Wᵀ, a
+  // transpose of a transpose, xtᵀ against a batch: the rule's one-product shortcut against
+  // the same sums as above
   const auto xv = values(24, 16), wv = values(18, 17), rv = values(12, 18), av = values(48, 19), r2 = values(24, 20);
   std::vector<float> xtv(24), wtv(18);  // x (4, 6) stored transposed (6, 4); w (6, 3) stored (3, 6)
   for (std::size_t i = 0; i < 4; ++i)
@@ -89,6 +90,11 @@ TEST(Grad, MatmulOfTransposedOperandsGivesTheOperandsOwnGradient) {
   auto [dxt, dwt] = xtpu::grad(l1, xt, wt);
   auto [da, dwt2] = xtpu::grad(l2, a, wt);
   auto [dx, dwt3] = xtpu::grad(l3, x, wt);
+  // a transposed left operand against a batch: its gradient sums the batch axis
+  const auto bv = values(36, 21);
+  auto bb = device<float, 2, 6, 3>(bv);
+  tensor<float> l4 = xtpu::sum(xtpu::matmul<hi>(xtpu::transpose(xt), bb) * rr);
+  auto [dxt4] = xtpu::grad(l4, xt);
   xtpu::mark_step();
   std::vector<double> wdx(24, 0), wdxt(24, 0), wdwt(18, 0), wda(48, 0), wdwt2(18, 0);
   for (std::size_t i = 0; i < 4; ++i)
@@ -108,6 +114,12 @@ TEST(Grad, MatmulOfTransposedOperandsGivesTheOperandsOwnGradient) {
   EXPECT_TRUE(all_near(host(dwt2), wdwt2, 1e-5, 1e-6));
   EXPECT_TRUE(all_near(host(dx), wdx, 1e-5, 1e-6));
   EXPECT_TRUE(all_near(host(dwt3), wdwt, 1e-5, 1e-6));
+  std::vector<double> wdxt4(24, 0);
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t i = 0; i < 4; ++i)
+      for (std::size_t k = 0; k < 6; ++k)
+        for (std::size_t j = 0; j < 3; ++j) wdxt4[k * 4 + i] += double(r2[b * 12 + i * 3 + j]) * bv[b * 18 + k * 3 + j];
+  EXPECT_TRUE(all_near(host(dxt4), wdxt4, 1e-5, 1e-6));
 }
 
 TEST(Grad, FlowsThroughNamedStatementsAndReassignedTensors) {

@@ -39,14 +39,7 @@ float* out_f32(T* out, std::size_t offset, std::vector<float>& scratch, std::siz
 template <class N>
 inline constexpr bool is_transposed_leaf_v = false;
 template <class C, std::size_t... P>
-inline constexpr bool is_transposed_leaf_v<permute_node<C, P...>> = [] {
-  if (!is_leaf_v<C>) return false;
-  constexpr std::size_t r = sizeof...(P);
-  constexpr std::array<std::size_t, r> p{P...};
-  for (std::size_t i = 0; i + 2 < r; ++i)
-    if (p[i] != i) return false;
-  return r >= 2 && p[r - 2] == r - 1 && p[r - 1] == r - 2;
-}();
+inline constexpr bool is_transposed_leaf_v<permute_node<C, P...>> = is_transpose_v<permute_node<C, P...>> && is_leaf_v<C>;
 
 /// The operand Node (shape (..., rows, cols)) of one batch, as the emulator reads it.
 template <class Node, slots S>

@@ -290,6 +290,20 @@ struct permute_node : detail::node_base<permute_node<C, Perm...>> {
   children args;
 };
 
+namespace detail {
+/// Is node N a transpose: a permute that swaps the last two axes (rank >= 2) and keeps the rest?
+template <class N>
+inline constexpr bool is_transpose_v = false;
+template <class C, std::size_t... P>
+inline constexpr bool is_transpose_v<permute_node<C, P...>> = [] {
+  constexpr std::size_t r = sizeof...(P);
+  constexpr std::array<std::size_t, r> p{P...};
+  for (std::size_t i = 0; i + 2 < r; ++i)
+    if (p[i] != i) return false;
+  return r >= 2 && p[r - 2] == r - 1 && p[r - 1] == r - 2;
+}();
+}  // namespace detail
+
 // ---- materialized: computed into a buffer of their own -----------------------------------
 
 /// Matrix product on the MXU model (DESIGN.md §4).

@@ -8,6 +8,8 @@
 // reaches a node with several leaves is made a value first (`sink.materialize(g)`), and no gradient
 // flows through a value that is not floating (int32, bool). detail::fit_to<Shape>(g) — a
 // gradient of a broadcast shape summed (and, for a smaller one, broadcast) back to Shape.
+// detail::transposed(e) — e with its last two axes swapped: a transpose's own operand, else
+// transpose(e).
 // Shape rule: the gradient handed to a node has exactly that node's shape (fit_to).
 // Rules that pick one operand follow the forward rule exactly (docs/training.md): maximum and
 // minimum send g to the operand they returned (a NaN operand wins, the first of a tie), relu and
@@ -256,13 +258,6 @@ struct vjp_rule<concat_node<Axis, C...>> {
 
 // ---- materialized ----------------------------------------------------------------------------
 
-/// Is N a transpose (a permute that swaps the last two axes)?
-template <class N>
-inline constexpr bool is_transpose_v = false;
-template <class C, std::size_t... Perm>
-inline constexpr bool is_transpose_v<permute_node<C, Perm...>> =
-    std::array<std::size_t, sizeof...(Perm)>{Perm...} == transpose_perm<sizeof...(Perm)>();
-
 /// e with its last two axes swapped: a transpose's operand itself, else transpose(e).
 template <class E>
 constexpr auto transposed(const E& e) {
@@ -273,7 +268,7 @@ constexpr auto transposed(const E& e) {
 /// (.., M, K) x (.., K, N): dL = g rhs^T, dR = lhs^T g at the product's precision (batch axes
 /// that were broadcast are summed by fit_to). An operand that is a transpose, t(W) (nn::linear's
 /// weight), gets W's gradient as one product — dW = g^T lhs, or rhs g^T — instead of a product
-/// then a transposing copy; and t(t(W)) is W.
+/// then a transposing copy; the other operand's product reads W itself (transposed).
 template <precision Prec, class L, class R>
 struct vjp_rule<matmul_node<Prec, L, R>> {
   template <std::size_t Offset, class G, class Sink>
