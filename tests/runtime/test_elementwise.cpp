@@ -21,6 +21,33 @@ TEST(Elementwise, ArithmeticWithBroadcastMatchesFloat64) {
       }
 }
 
+TEST(Elementwise, CompoundAssignmentIsOneNewValue) {
+  const auto xv = values(6, 5), rv = values(3, 6);
+  auto x = device<float, 2, 3>(xv);
+  auto row = device<float, 3>(rv);
+  const xtpu::tensor<float, 2, 3> before = x;  // shares x's value: the statements below do not change it
+  x += 1.0f;
+  x *= x;
+  x -= row;  // a broadcast operand
+  x /= 2.0f;
+  const auto got = host(x), old = host(before);
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 3; ++j) {
+      const std::size_t f = i * 3 + j;
+      const double a = double(xv[f]) + 1.0;
+      EXPECT_NEAR(got[f], (a * a - rv[j]) / 2.0, 1e-5) << f;
+      EXPECT_EQ(old[f], xv[f]);
+    }
+  xtpu::tensor<xtpu::bf16, 4> h = xtpu::full<xtpu::bf16, 4>(xtpu::bf16(1.5f));
+  h += 1.0f;  // a C++ scalar is weak: h stays bf16
+  h *= h;
+  EXPECT_EQ(static_cast<float>(h.to_host()(3)), 6.25f);
+  xtpu::tensor<std::int32_t, 3> n = xtpu::iota<std::int32_t, 3>();
+  n *= 3;
+  n -= 1;
+  EXPECT_EQ(n.to_host()(2), 5);
+}
+
 TEST(Elementwise, UnaryMathMatchesFloat64) {
   const auto v = values(64, 4, 3.0f);
   auto x = device<float, 8, 8>(v);

@@ -144,6 +144,28 @@ TEST(Grad, WhereCastAndBf16Tensors) {
   EXPECT_EQ(host(dy), (std::vector<double>{9, -12, 1.5}));
 }
 
+TEST(Grad, FlowsThroughCompoundAssignmentAndKeepsAParameterLinked) {
+  const auto xv = values(6, 7);
+  auto x = device<float, 6>(xv);
+  tensor<float, 6> h = x * 2.0f;
+  h += x;  // 3x
+  h *= h;  // 9x²
+  tensor<float> loss = xtpu::sum(h);
+  auto [dx] = xtpu::grad(loss, x);
+  xtpu::mark_step();
+  const auto got = host(dx);
+  for (std::size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(got[i], 18.0 * xv[i], 1e-4 * (1 + std::abs(18.0 * xv[i]))) << i;
+
+  // a parameter updated with -= is still the parameter: backward reaches its new value
+  xtpu::nn::parameter<float, 6> p = device<float, 6>(xv);
+  p -= 1.0f;
+  tensor<float> l2 = xtpu::sum(p * p);
+  xtpu::backward(l2);
+  xtpu::mark_step();
+  const auto gp = host(p.grad());
+  for (std::size_t i = 0; i < xv.size(); ++i) EXPECT_NEAR(gp[i], 2.0 * (double(xv[i]) - 1.0), 1e-5) << i;
+}
+
 TEST(Grad, NoGradUnreachedTensorsAndTheLossItself) {
   auto x = device<float, 4>({1, 2, 3, 4});
   auto z = device<float, 4>({5, 6, 7, 8});

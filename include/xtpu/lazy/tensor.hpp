@@ -6,6 +6,7 @@
 // from_host (xt::xtensor_fixed: shape checked at compile time; xt::xarray, xt::xtensor, an
 // xt::adapt view, a pointer + length or a span: at run time),
 // tensor::to_host (xt::xtensor_fixed up to 256 KiB, heap-backed xt::xtensor above: any size),
+// x += e, -=, *=, /= (x = x op e, one statement),
 // tensor::item, operator<< — the last three are sync points; tensor::device() (the chip the
 // value lives on: where it was made, or where the operands of its expression live) and
 // tensor::to(device) (an explicit, timed transfer to another chip).
@@ -287,6 +288,34 @@ auto node_base<D>::to_host() const {
   return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this)).to_host();
 }
 }  // namespace detail
+
+// ---- compound assignment ------------------------------------------------------------------
+
+/// `x op= e` is `x = x op e`: one statement, recorded like any other (a new value for x:
+/// statements recorded before it keep reading the old one; gradients flow through it), through
+/// x's own assignment (an nn::parameter stays linked to its value). e broadcasts to x's shape
+/// (E101); the result has x's shape and dtype (E102, E205): `x += 1.0f` keeps a bf16 x in
+/// bf16, a float operand added to a bf16 x needs cast<bf16>.
+template <class X, class E>
+  requires(detail::tensor_like<X> && requires(const X& x, const E& e) { x + e; })
+X& operator+=(X& x, const E& e) {
+  return x = x + e;
+}
+template <class X, class E>
+  requires(detail::tensor_like<X> && requires(const X& x, const E& e) { x - e; })
+X& operator-=(X& x, const E& e) {
+  return x = x - e;
+}
+template <class X, class E>
+  requires(detail::tensor_like<X> && requires(const X& x, const E& e) { x * e; })
+X& operator*=(X& x, const E& e) {
+  return x = x * e;
+}
+template <class X, class E>
+  requires(detail::tensor_like<X> && requires(const X& x, const E& e) { x / e; })
+X& operator/=(X& x, const E& e) {
+  return x = x / e;
+}
 
 // ---- factories (pending statements, like any other) --------------------------------------
 
