@@ -53,6 +53,27 @@ TEST(Structure, ReductionsAlongEachAxis) {
     }
 }
 
+TEST(Structure, KeepdimKeepsTheReducedAxisAsOne) {
+  const auto v = values(2 * 3 * 4, 3);
+  auto x = device<float, 2, 3, 4>(v);
+  xtpu::tensor<float, 1, 3, 4> s0 = xtpu::sum<0>(x, xtpu::keepdim);
+  xtpu::tensor<float, 2, 1, 4> m1 = xtpu::mean<1>(x, xtpu::keepdim);
+  xtpu::tensor<float, 2, 3, 1> x2 = xtpu::max<-1>(x, xtpu::keepdim);
+  xtpu::tensor<std::int32_t, 2, 3, 1> a2 = xtpu::argmax<2>(x, xtpu::keepdim);
+  xtpu::tensor<float, 2, 3, 4> centred = x - xtpu::max<-1>(x, xtpu::keepdim);  // broadcasts back
+  xtpu::tensor<float, 3, 4> s0_plain = xtpu::sum<0>(x);
+  xtpu::tensor<float, 2, 4> m1_plain = xtpu::mean<1>(x);
+  xtpu::tensor<float, 2, 3> x2_plain = xtpu::max<2>(x);
+  xtpu::tensor<std::int32_t, 2, 3> a2_plain = xtpu::argmax<-1>(x);
+  EXPECT_EQ(host(s0), host(s0_plain));  // the same values in the same order
+  EXPECT_EQ(host(m1), host(m1_plain));
+  EXPECT_EQ(host(x2), host(x2_plain));
+  EXPECT_EQ(host(a2), host(a2_plain));
+  const auto c = host(centred), m = host(x2);
+  for (std::size_t r = 0; r < 6; ++r)
+    for (std::size_t k = 0; k < 4; ++k) EXPECT_EQ(c[r * 4 + k], double(v[r * 4 + k]) - m[r]) << r << ' ' << k;
+}
+
 TEST(Structure, FullReductionsAndIntegerSums) {
   const auto v = values(100, 4);
   auto x = device<float, 10, 10>(v);

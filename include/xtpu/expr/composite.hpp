@@ -8,7 +8,8 @@
 // index equals the label (a label outside 0..N-1 gives a row of zeros); E207 unless int32.
 // argmax<Axis>(e): the int32 index of the largest element along Axis (the first of ties; the
 // first NaN if there is one, as torch.argmax), built from max and where — e is read three
-// times, so give it a tensor. square(e) = e * e; clip(e, lo, hi) = minimum(maximum(e, lo), hi) (NaN stays NaN);
+// times, so give it a tensor. sum/mean/max/argmax<Axis>(e, keepdim): the reduced axis kept as
+// extent 1 (torch's keepdim=True). square(e) = e * e; clip(e, lo, hi) = minimum(maximum(e, lo), hi) (NaN stays NaN);
 // softplus(e) = log(1 + exp(e)) in f32, as max(e, 0) + log(1 + exp(-|e|)) written with where
 // so that exp never overflows and the gradient is sigmoid(e) everywhere, 0.5 at 0 included.
 // Their fingerprints, and their gradients, are those of the primitives they are made of.
@@ -93,6 +94,30 @@ constexpr auto argmax(E&& e) {
   const auto m = detail::keep_axis<Axis, S>(max<Axis>(x));
   const auto at = where(x != x, index, where(x == m, index, static_cast<float>(n)));  // n: not here
   return cast<std::int32_t>(-max<Axis>(-at));  // the smallest index: exact in f32 below 2^24
+}
+
+/// What sum/mean/max/argmax<Axis>(e, keepdim) take: the reduced axis stays, as extent 1
+/// (torch's keepdim=True): (..., N, ...) -> (..., 1, ...), ready to broadcast against e.
+struct keepdim_t {
+  explicit keepdim_t() = default;
+};
+inline constexpr keepdim_t keepdim{};
+
+template <int Axis, expression E>
+constexpr auto sum(E&& e, keepdim_t) {
+  return detail::keep_axis<Axis, typename detail::node_t<E>::shape_type>(sum<Axis>(std::forward<E>(e)));
+}
+template <int Axis, expression E>
+constexpr auto mean(E&& e, keepdim_t) {
+  return detail::keep_axis<Axis, typename detail::node_t<E>::shape_type>(mean<Axis>(std::forward<E>(e)));
+}
+template <int Axis, expression E>
+constexpr auto max(E&& e, keepdim_t) {
+  return detail::keep_axis<Axis, typename detail::node_t<E>::shape_type>(max<Axis>(std::forward<E>(e)));
+}
+template <int Axis, expression E>
+constexpr auto argmax(E&& e, keepdim_t) {
+  return detail::keep_axis<Axis, typename detail::node_t<E>::shape_type>(argmax<Axis>(std::forward<E>(e)));
 }
 
 /// e * e (torch.square).
