@@ -4,11 +4,11 @@
 //   + - * / (tensor, expression or scalar), unary -, exp log sqrt rsqrt abs tanh sigmoid relu gelu,
 //   maximum minimum, < <= > >= == != (to bool), where(mask, a, b), cast<T>(e),
 //   matmul(a, b), transpose(e), permute<P...>(e), reshape<D...>(e),
-//   sum/mean/max<Axis>(e) and full sum(e)/mean(e)/max(e).
+//   sum/mean/max<Axis>(e) and full sum(e)/mean(e)/max(e); nonzero, unique, masked_select: E112.
 // Shape rule: elementwise operands broadcast (NumPy); see shape/extents.hpp for the others.
 // Dtype rule: dtype/dtype.hpp (promotion, weak scalars); int32 / int32 gives float (true
 // division); exp log sqrt rsqrt tanh sigmoid of int32/bool give float; comparisons give bool.
-// Errors: E101 E103 E104 E107 E108 (shape), E202 E203 E204 E206 (dtype), E301-E304 (matmul).
+// Errors: E101 E103 E104 E107 E108 E112 (shape), E202 E203 E204 E206 (dtype), E301-E304 (matmul).
 #pragma once
 
 #include <cstdint>
@@ -321,5 +321,26 @@ template <expression E>
 constexpr auto mean(E&& e) { return detail::make_reduce<mean_op, all_axes>(std::forward<E>(e)); }
 template <expression E>
 constexpr auto max(E&& e) { return detail::make_reduce<max_op, all_axes>(std::forward<E>(e)); }
+
+
+/// Not in xtpu, and compile errors that say why (E112): their result's shape depends on the
+/// values (torch.nonzero, torch.unique, torch.masked_select). Use where. (The empty result
+/// type keeps `auto r = nonzero(m);` to the one error.)
+struct value_dependent_shape_t {};
+template <class... A>
+value_dependent_shape_t nonzero(A&&...) {
+  check::value_dependent_shape<A...>();
+  return {};
+}
+template <class... A>
+value_dependent_shape_t unique(A&&...) {
+  check::value_dependent_shape<A...>();
+  return {};
+}
+template <class... A>
+value_dependent_shape_t masked_select(A&&...) {
+  check::value_dependent_shape<A...>();
+  return {};
+}
 
 }  // namespace xtpu

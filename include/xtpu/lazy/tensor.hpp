@@ -12,7 +12,7 @@
 // tensor::to(device) (an explicit, timed transfer to another chip).
 // Shape rule: a tensor accepts an expression of exactly its shape and dtype (E102, E205).
 // Errors: E105/E106/E201 (bad tensor type), E102, E205, E401 (item on more than one element),
-// E501 (to_host into a wrong-shaped xtensor_fixed), E502 (host element type differs), E503 (a
+// E112 (x[mask]: no indexing), E501 (to_host into a wrong-shaped xtensor_fixed), E502 (host element type differs), E503 (a
 // run-time-shaped from_host proxy kept instead of converted); shape_error (host data of the
 // wrong run-time shape or length), sync_error, device_mismatch (an expression over tensors of
 // two chips), out_of_memory (on the chip allocated on).
@@ -184,6 +184,12 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
     T v{};
     read_into(&v);
     return v;
+  }
+
+  /// No indexing (E112): x[mask] would have a value-dependent shape; where(mask, x, 0) keeps it.
+  template <class I>
+  void operator[](const I&) const {
+    check::value_dependent_shape<I>();
   }
 
   const std::shared_ptr<detail::storage>& storage_ptr() const noexcept { return storage_; }

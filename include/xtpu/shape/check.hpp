@@ -1,11 +1,12 @@
 // xtpu/shape/check.hpp — the named shape checkers.
 //
 // Provides: xtpu::check::{extents_valid, broadcast, assign, reshape, axis, permute, transpose,
-// class_labels, matmul}. Each is one static_assert whose template parameters are the shapes involved, so the
+// class_labels, matmul, value_dependent_shape}. Each is one static_assert whose template parameters are the shapes involved, so the
 // compiler's "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both.
 // Codes (docs/errors.md):
 //   E101 broadcast   E102 assign   E103 reshape   E104 axis   E105 zero extent   E106 rank
 //   E107 permute     E108 transpose   E109 slice   E110 concat   E111 class labels
+//   E112 value-dependent shape (nonzero, unique, masked_select, mask indexing)
 //   E301 matmul inner dims   E302 matmul batch dims   E303 matmul operand rank
 #pragma once
 
@@ -28,6 +29,19 @@ constexpr void broadcast() {
   static_assert(detail::broadcastable_v<LhsShape, RhsShape>,
                 "xtpu E101 broadcast: shapes are not compatible (aligned from the right, each "
                 "pair of dims must be equal or one of them 1)");
+}
+
+template <class... Operands>
+inline constexpr bool value_dependent_shape_v = false;
+
+/// Always fails when instantiated: an op whose result's shape would depend on the values.
+template <class... Operands>
+constexpr void value_dependent_shape() {
+  static_assert(value_dependent_shape_v<Operands...>,
+                "xtpu E112 value-dependent shape: nonzero, unique, masked_select and mask indexing give a shape "
+                "that depends on the values, and in xtpu a shape is a type; keep the shape and mask the values: "
+                "where(mask, x, 0) (a sum over it adds only the selected ones, sum(cast<float>(mask)) counts "
+                "them), or slice<Axis, Begin, End>(x) for a fixed range");
 }
 
 template <class ExprShape, class TensorShape>

@@ -1,0 +1,11 @@
+// expect: xtpu E112
+#include <xtpu/xtpu.hpp>
+int main() {
+  xtpu::tensor<float, 4> x;
+#ifdef XTPU_EXPECT_COMPILE_FAIL
+  auto positive = xtpu::nonzero(x > 0.0f);  // a shape that depends on the values
+#else
+  xtpu::tensor<float, 4> positive = xtpu::where(x > 0.0f, x, 0.0f);  // the same shape, masked
+#endif
+  (void)positive;
+}
