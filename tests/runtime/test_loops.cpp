@@ -171,6 +171,7 @@ void lanes_equal_scalar() {
     check("erf", [](auto x) { return math::erf(x); });
     check("erfc", [](auto x) { return math::erfc(x); });
     check("gelu", [](auto x) { return math::gelu(x); });
+    check("gelu_grad", [](auto x) { return math::gelu_grad(x); });
     check("gelu_tanh", [](auto x) { return math::gelu_tanh(x); });
     check("round_bf16", [](auto x) { return simd::round_bf16(x); });
   }

@@ -159,6 +159,7 @@ XTPU_FLOAT_FUNCTION(rsqrt, V(1.0f) / lanes::sqrt(a))
 XTPU_FLOAT_FUNCTION(tanh, kernels::math::tanh(a))
 XTPU_FLOAT_FUNCTION(sigmoid, kernels::math::sigmoid(a))
 XTPU_FLOAT_FUNCTION(gelu, kernels::math::gelu(a))
+XTPU_FLOAT_FUNCTION(gelu_grad, kernels::math::gelu_grad(a))
 #undef XTPU_FLOAT_FUNCTION
 
 // ---- an op family around its math: conversions to the compute type --------------------------

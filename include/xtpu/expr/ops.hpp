@@ -153,6 +153,8 @@ struct tanh { static constexpr op_tag tag = op_tag::tanh; static constexpr bool 
 struct sigmoid { static constexpr op_tag tag = op_tag::sigmoid; static constexpr bool floating = true; };
 /// The exact (erf) GELU, PyTorch's default: x/2 (1 + erf(x / sqrt 2)).
 struct gelu { static constexpr op_tag tag = op_tag::gelu; static constexpr bool floating = true; };
+/// GELU's derivative, Phi(x) + x phi(x) (its gradient rule's op; not public).
+struct gelu_grad { static constexpr op_tag tag = op_tag::gelu_grad; static constexpr bool floating = true; };
 }  // namespace op
 
 // ---- operators -------------------------------------------------------------------------------
@@ -195,6 +197,14 @@ XTPU_UNARY_FUNCTION(sigmoid)
 XTPU_UNARY_FUNCTION(relu)
 XTPU_UNARY_FUNCTION(gelu)
 #undef XTPU_UNARY_FUNCTION
+
+namespace detail {
+/// d gelu(x) / dx, one fused op (expr/vjp.hpp's gelu rule).
+template <expression E>
+constexpr auto gelu_grad(E&& e) {
+  return make_map<unary<op::gelu_grad>>(std::forward<E>(e));
+}
+}  // namespace detail
 
 template <class L, class R>
   requires(detail::operand<L> || detail::operand<R>)

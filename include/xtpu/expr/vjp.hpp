@@ -14,8 +14,7 @@
 // Rules that pick one operand follow the forward rule exactly (docs/training.md): maximum and
 // minimum send g to the operand they returned (a NaN operand wins, the first of a tie), relu and
 // abs give 0 at 0, a max reduction shares g evenly among the elements equal to the maximum.
-// Errors: xtpu::error naming the op for a node whose gradient is not written yet (gelu), thrown
-// only when a wanted gradient flows into it.
+// Every elementwise op has its rule (an op added without one is a static_assert here).
 #pragma once
 
 #include <array>
@@ -115,11 +114,6 @@ void push(const N& n, G&& gk, Sink& sink) {
   vjp<off>(std::get<K>(n.args), std::forward<G>(gk), sink);
 }
 
-[[noreturn]] inline void no_gradient_rule(const char* op) {
-  throw error(std::string("xtpu: no gradient is written for ") + op +
-              " yet; detach the value (compute it under xtpu::no_grad) or write the op from others");
-}
-
 // ---- leaves, scalars, generators ----------------------------------------------------------
 
 template <class Tensor, bool Owned>
@@ -188,7 +182,7 @@ struct vjp_rule<map<Op, C...>> {
       auto s = sigmoid(a);
       push<Offset, 0>(n, g * (s * (1.0f - s)), sink);
     } else if constexpr (std::is_same_v<Op, unary<op::gelu>>) {
-      no_gradient_rule("gelu");
+      push<Offset, 0>(n, g * gelu_grad(a), sink);
     } else {
       static_assert(!sizeof(Op), "xtpu: an elementwise op without a gradient rule (expr/vjp.hpp)");
     }

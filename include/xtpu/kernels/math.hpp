@@ -1,7 +1,7 @@
 // xtpu/kernels/math.hpp — the transcendental functions of xtpu's loops, the same bits on every
 // path, compiler and flag.
 //
-// Provides: xtpu::kernels::math::{exp, log, tanh, sigmoid, erf, erfc, gelu, gelu_tanh} for V =
+// Provides: xtpu::kernels::math::{exp, log, tanh, sigmoid, erf, erfc, gelu, gelu_grad, gelu_tanh} for V =
 // float or an xsimd batch of floats (kernels/simd.hpp). Each is one range reduction and one
 // polynomial (Cephes' single-precision ones), written with the primitives of simd.hpp only —
 // every product through simd::mul, so nothing is fused — and evaluated in the same order for
@@ -188,6 +188,16 @@ inline V gelu(V x) noexcept {
   const V e = detail::exp_neg_sq(simd::abs(x), 0.5f);  // e^(-x^2/2) = e^(-t^2)
   const V r = simd::mul(simd::mul(x, V(0.5f)), detail::erfc_with(t, e));
   return simd::select(x == V(-__builtin_inff()), V(-0.0f), r);  // the limit, not -inf x 0
+}
+
+/// The exact GELU's derivative: Phi(x) + x phi(x) = erfc(-x / sqrt 2) / 2 + x e^(-x^2/2) / sqrt(2 pi),
+/// both terms from one e^(-x^2/2); 0 at -inf and 1 at +inf (the limits, not inf x 0).
+template <class V>
+inline V gelu_grad(V x) noexcept {
+  const V t = simd::mul(x, V(-0.70710678118654752f));
+  const V e = detail::exp_neg_sq(simd::abs(x), 0.5f);
+  const V r = simd::mul(detail::erfc_with(t, e), V(0.5f)) + simd::mul(simd::mul(x, e), V(0.39894228040143268f));
+  return simd::select(simd::abs(x) == V(__builtin_inff()), simd::select(x > V(0.0f), V(1.0f), V(0.0f)), r);
 }
 
 /// The tanh-form GELU (PyTorch's approximate='tanh'): x/2 (1 + tanh(u)), u = sqrt(2/pi)
