@@ -334,20 +334,24 @@ constexpr auto max(E&& e) { return detail::make_reduce<max_op, all_axes>(std::fo
 
 
 /// Not in xtpu, and compile errors that say why (E112): their result's shape depends on the
-/// values (torch.nonzero, torch.unique, torch.masked_select). Use where. (The empty result
-/// type keeps `auto r = nonzero(m);` to the one error.)
+/// values (torch.nonzero, torch.unique, torch.masked_select). Use where. Only for xtpu
+/// operands: xt::nonzero, std::unique and the like on other arguments are not taken over. (The
+/// empty result type keeps `auto r = nonzero(m);` to the one error.)
 struct value_dependent_shape_t {};
 template <class... A>
+  requires(detail::operand<A> || ...)
 value_dependent_shape_t nonzero(A&&...) {
   check::value_dependent_shape<A...>();
   return {};
 }
 template <class... A>
+  requires(detail::operand<A> || ...)
 value_dependent_shape_t unique(A&&...) {
   check::value_dependent_shape<A...>();
   return {};
 }
 template <class... A>
+  requires(detail::operand<A> || ...)
 value_dependent_shape_t masked_select(A&&...) {
   check::value_dependent_shape<A...>();
   return {};

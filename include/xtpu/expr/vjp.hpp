@@ -14,7 +14,8 @@
 // Rules that pick one operand follow the forward rule exactly (docs/training.md): maximum and
 // minimum send g to the operand they returned (a NaN operand wins, the first of a tie), relu and
 // abs give 0 at 0, a max reduction shares g evenly among the elements equal to the maximum.
-// Every elementwise op has its rule (an op added without one is a static_assert here).
+// Every public elementwise op has its rule (an op added without one is a static_assert here);
+// gelu_grad, the gelu rule's own op, appears only in gradient statements, which keep no rule.
 #pragma once
 
 #include <array>

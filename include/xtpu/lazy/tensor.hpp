@@ -301,24 +301,26 @@ auto node_base<D>::to_host() const {
 /// statements recorded before it keep reading the old one; gradients flow through it), through
 /// x's own assignment (an nn::parameter stays linked to its value). e broadcasts to x's shape
 /// (E101); the result has x's shape and dtype (E102, E205): `x += 1.0f` keeps a bf16 x in
-/// bf16, a float operand added to a bf16 x needs cast<bf16>.
+/// bf16, a float operand added to a bf16 x needs cast<bf16>, and an int32 `n /= 2` is E205
+/// (int32 / int32 is true division). x's static type picks the assignment: a parameter seen
+/// as a plain tensor& is rebound without its link, as with `=`.
 template <class X, class E>
-  requires(detail::tensor_like<X> && requires(const X& x, const E& e) { x + e; })
+  requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x + e; })
 X& operator+=(X& x, const E& e) {
   return x = x + e;
 }
 template <class X, class E>
-  requires(detail::tensor_like<X> && requires(const X& x, const E& e) { x - e; })
+  requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x - e; })
 X& operator-=(X& x, const E& e) {
   return x = x - e;
 }
 template <class X, class E>
-  requires(detail::tensor_like<X> && requires(const X& x, const E& e) { x * e; })
+  requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x * e; })
 X& operator*=(X& x, const E& e) {
   return x = x * e;
 }
 template <class X, class E>
-  requires(detail::tensor_like<X> && requires(const X& x, const E& e) { x / e; })
+  requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x / e; })
 X& operator/=(X& x, const E& e) {
   return x = x / e;
 }
