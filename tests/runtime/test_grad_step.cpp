@@ -38,52 +38,66 @@ TEST(Grad, LayoutOpsRouteTheGradientBack) {
   EXPECT_TRUE(all_near(host(dx), want, 1e-6, 1e-6));
 }
 
+/// The operands of the matmul tests — x (4, 6), w (6, 3), a loss weight r (4, 3), a batch
+/// a (2, 4, 6) and its weight r2 (2, 4, 3) — and, in float64, the gradients of
+/// sum(matmul(x, w) * r) and of sum(matmul(a, w) * r2).
+struct matmul_case {
+  std::vector<float> xv = values(24, 16), wv = values(18, 17), rv = values(12, 18), av = values(48, 19), r2 = values(24, 20);
+  std::vector<double> dx = std::vector<double>(24), dw = std::vector<double>(18), da = std::vector<double>(48),
+                      dw2 = std::vector<double>(18);
+  matmul_case() {
+    for (std::size_t i = 0; i < 4; ++i)
+      for (std::size_t k = 0; k < 6; ++k)
+        for (std::size_t j = 0; j < 3; ++j) {
+          dx[i * 6 + k] += double(rv[i * 3 + j]) * wv[k * 3 + j];
+          dw[k * 3 + j] += double(xv[i * 6 + k]) * rv[i * 3 + j];
+          for (std::size_t b = 0; b < 2; ++b) {
+            da[b * 24 + i * 6 + k] += double(r2[b * 12 + i * 3 + j]) * wv[k * 3 + j];
+            dw2[k * 3 + j] += double(av[b * 24 + i * 6 + k]) * r2[b * 12 + i * 3 + j];
+          }
+        }
+  }
+};
+
+/// The row-major (rows, cols) matrix v, transposed.
+template <class T>
+std::vector<T> transposed(const std::vector<T>& v, std::size_t rows, std::size_t cols) {
+  std::vector<T> t(v.size());
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) t[j * rows + i] = v[i * cols + j];
+  return t;
+}
+
 TEST(Grad, MatmulAndBatchedMatmulAtHighestPrecision) {
-  const auto xv = values(24, 16), wv = values(18, 17), rv = values(12, 18), av = values(48, 19), r2 = values(24, 20);
-  auto x = device<float, 4, 6>(xv);
-  auto w = device<float, 6, 3>(wv);
-  auto r = device<float, 4, 3>(rv);
-  auto a = device<float, 2, 4, 6>(av);
-  auto rr = device<float, 2, 4, 3>(r2);
+  const matmul_case c;
+  auto x = device<float, 4, 6>(c.xv);
+  auto w = device<float, 6, 3>(c.wv);
+  auto r = device<float, 4, 3>(c.rv);
+  auto a = device<float, 2, 4, 6>(c.av);
+  auto rr = device<float, 2, 4, 3>(c.r2);
   tensor<float> l1 = xtpu::sum(xtpu::matmul<xtpu::precision::highest>(x, w) * r);
   tensor<float> l2 = xtpu::sum(xtpu::matmul<xtpu::precision::highest>(a, w) * rr);
   auto [dx, dw] = xtpu::grad(l1, x, w);
   auto [da, dw2] = xtpu::grad(l2, a, w);
   xtpu::mark_step();
-  std::vector<double> wdx(24, 0), wdw(18, 0), wda(48, 0), wdw2(18, 0);
-  for (std::size_t i = 0; i < 4; ++i)
-    for (std::size_t k = 0; k < 6; ++k)
-      for (std::size_t j = 0; j < 3; ++j) {
-        wdx[i * 6 + k] += double(rv[i * 3 + j]) * wv[k * 3 + j];
-        wdw[k * 3 + j] += double(xv[i * 6 + k]) * rv[i * 3 + j];
-        for (std::size_t b = 0; b < 2; ++b) {
-          wda[b * 24 + i * 6 + k] += double(r2[b * 12 + i * 3 + j]) * wv[k * 3 + j];
-          wdw2[k * 3 + j] += double(av[b * 24 + i * 6 + k]) * r2[b * 12 + i * 3 + j];
-        }
-      }
-  EXPECT_TRUE(all_near(host(dx), wdx, 1e-5, 1e-6));
-  EXPECT_TRUE(all_near(host(dw), wdw, 1e-5, 1e-6));
-  EXPECT_TRUE(all_near(host(da), wda, 1e-5, 1e-6));
-  EXPECT_TRUE(all_near(host(dw2), wdw2, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dx), c.dx, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dw), c.dw, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(da), c.da, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dw2), c.dw2, 1e-5, 1e-6));
 }
 
 TEST(Grad, MatmulOfTransposedOperandsGivesTheOperandsOwnGradient) {
   // x Wᵀ with W stored (out, in) as nn::linear's, xtᵀ on the left, a batch against Wᵀ, a
   // transpose of a transpose, xtᵀ against a batch: the rule's one-product shortcut against
   // the same sums as above
-  const auto xv = values(24, 16), wv = values(18, 17), rv = values(12, 18), av = values(48, 19), r2 = values(24, 20);
-  std::vector<float> xtv(24), wtv(18);  // x (4, 6) stored transposed (6, 4); w (6, 3) stored (3, 6)
-  for (std::size_t i = 0; i < 4; ++i)
-    for (std::size_t k = 0; k < 6; ++k) xtv[k * 4 + i] = xv[i * 6 + k];
-  for (std::size_t k = 0; k < 6; ++k)
-    for (std::size_t j = 0; j < 3; ++j) wtv[j * 6 + k] = wv[k * 3 + j];
+  const matmul_case c;
   constexpr auto hi = xtpu::precision::highest;
-  auto xt = device<float, 6, 4>(xtv);
-  auto wt = device<float, 3, 6>(wtv);
-  auto x = device<float, 4, 6>(xv);
-  auto r = device<float, 4, 3>(rv);
-  auto a = device<float, 2, 4, 6>(av);
-  auto rr = device<float, 2, 4, 3>(r2);
+  auto xt = device<float, 6, 4>(transposed(c.xv, 4, 6));  // x stored transposed
+  auto wt = device<float, 3, 6>(transposed(c.wv, 6, 3));  // w stored (out, in)
+  auto x = device<float, 4, 6>(c.xv);
+  auto r = device<float, 4, 3>(c.rv);
+  auto a = device<float, 2, 4, 6>(c.av);
+  auto rr = device<float, 2, 4, 3>(c.r2);
   tensor<float> l1 = xtpu::sum(xtpu::matmul<hi>(xtpu::transpose(xt), xtpu::transpose(wt)) * r);
   tensor<float> l2 = xtpu::sum(xtpu::matmul<hi>(a, xtpu::transpose(wt)) * rr);
   tensor<float> l3 = xtpu::sum(xtpu::matmul<hi>(xtpu::transpose(xtpu::transpose(x)), xtpu::transpose(wt)) * r);
@@ -96,29 +110,17 @@ TEST(Grad, MatmulOfTransposedOperandsGivesTheOperandsOwnGradient) {
   tensor<float> l4 = xtpu::sum(xtpu::matmul<hi>(xtpu::transpose(xt), bb) * rr);
   auto [dxt4] = xtpu::grad(l4, xt);
   xtpu::mark_step();
-  std::vector<double> wdx(24, 0), wdxt(24, 0), wdwt(18, 0), wda(48, 0), wdwt2(18, 0);
-  for (std::size_t i = 0; i < 4; ++i)
-    for (std::size_t k = 0; k < 6; ++k)
-      for (std::size_t j = 0; j < 3; ++j) {
-        wdx[i * 6 + k] += double(rv[i * 3 + j]) * wv[k * 3 + j];
-        wdxt[k * 4 + i] += double(rv[i * 3 + j]) * wv[k * 3 + j];
-        wdwt[j * 6 + k] += double(xv[i * 6 + k]) * rv[i * 3 + j];
-        for (std::size_t b = 0; b < 2; ++b) {
-          wda[b * 24 + i * 6 + k] += double(r2[b * 12 + i * 3 + j]) * wv[k * 3 + j];
-          wdwt2[j * 6 + k] += double(av[b * 24 + i * 6 + k]) * r2[b * 12 + i * 3 + j];
-        }
-      }
-  EXPECT_TRUE(all_near(host(dxt), wdxt, 1e-5, 1e-6));
-  EXPECT_TRUE(all_near(host(dwt), wdwt, 1e-5, 1e-6));
-  EXPECT_TRUE(all_near(host(da), wda, 1e-5, 1e-6));
-  EXPECT_TRUE(all_near(host(dwt2), wdwt2, 1e-5, 1e-6));
-  EXPECT_TRUE(all_near(host(dx), wdx, 1e-5, 1e-6));
-  EXPECT_TRUE(all_near(host(dwt3), wdwt, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dxt), transposed(c.dx, 4, 6), 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dwt), transposed(c.dw, 6, 3), 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(da), c.da, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dwt2), transposed(c.dw2, 6, 3), 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dx), c.dx, 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dwt3), transposed(c.dw, 6, 3), 1e-5, 1e-6));
   std::vector<double> wdxt4(24, 0);
   for (std::size_t b = 0; b < 2; ++b)
     for (std::size_t i = 0; i < 4; ++i)
       for (std::size_t k = 0; k < 6; ++k)
-        for (std::size_t j = 0; j < 3; ++j) wdxt4[k * 4 + i] += double(r2[b * 12 + i * 3 + j]) * bv[b * 18 + k * 3 + j];
+        for (std::size_t j = 0; j < 3; ++j) wdxt4[k * 4 + i] += double(c.r2[b * 12 + i * 3 + j]) * bv[b * 18 + k * 3 + j];
   EXPECT_TRUE(all_near(host(dxt4), wdxt4, 1e-5, 1e-6));
 }
 

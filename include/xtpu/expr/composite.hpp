@@ -103,22 +103,16 @@ struct keepdim_t {
 };
 inline constexpr keepdim_t keepdim{};
 
-template <int Axis, expression E>
-constexpr auto sum(E&& e, keepdim_t) {
-  return detail::keep_axis<Axis, typename detail::node_t<E>::shape_type>(sum<Axis>(std::forward<E>(e)));
-}
-template <int Axis, expression E>
-constexpr auto mean(E&& e, keepdim_t) {
-  return detail::keep_axis<Axis, typename detail::node_t<E>::shape_type>(mean<Axis>(std::forward<E>(e)));
-}
-template <int Axis, expression E>
-constexpr auto max(E&& e, keepdim_t) {
-  return detail::keep_axis<Axis, typename detail::node_t<E>::shape_type>(max<Axis>(std::forward<E>(e)));
-}
-template <int Axis, expression E>
-constexpr auto argmax(E&& e, keepdim_t) {
-  return detail::keep_axis<Axis, typename detail::node_t<E>::shape_type>(argmax<Axis>(std::forward<E>(e)));
-}
+#define XTPU_KEEPDIM_REDUCTION(NAME)                                                                  \
+  template <int Axis, expression E>                                                                   \
+  constexpr auto NAME(E&& e, keepdim_t) {                                                             \
+    return detail::keep_axis<Axis, typename detail::node_t<E>::shape_type>(NAME<Axis>(std::forward<E>(e))); \
+  }
+XTPU_KEEPDIM_REDUCTION(sum)
+XTPU_KEEPDIM_REDUCTION(mean)
+XTPU_KEEPDIM_REDUCTION(max)
+XTPU_KEEPDIM_REDUCTION(argmax)
+#undef XTPU_KEEPDIM_REDUCTION
 
 /// e * e (torch.square).
 template <expression E>

@@ -338,23 +338,16 @@ constexpr auto max(E&& e) { return detail::make_reduce<max_op, all_axes>(std::fo
 /// operands: xt::nonzero, std::unique and the like on other arguments are not taken over. (The
 /// empty result type keeps `auto r = nonzero(m);` to the one error.)
 struct value_dependent_shape_t {};
-template <class... A>
-  requires(detail::operand<A> || ...)
-value_dependent_shape_t nonzero(A&&...) {
-  check::value_dependent_shape<A...>();
-  return {};
-}
-template <class... A>
-  requires(detail::operand<A> || ...)
-value_dependent_shape_t unique(A&&...) {
-  check::value_dependent_shape<A...>();
-  return {};
-}
-template <class... A>
-  requires(detail::operand<A> || ...)
-value_dependent_shape_t masked_select(A&&...) {
-  check::value_dependent_shape<A...>();
-  return {};
-}
+#define XTPU_VALUE_DEPENDENT_SHAPE(NAME)        \
+  template <class... A>                         \
+    requires(detail::operand<A> || ...)         \
+  value_dependent_shape_t NAME(A&&...) {        \
+    check::value_dependent_shape<A...>();       \
+    return {};                                  \
+  }
+XTPU_VALUE_DEPENDENT_SHAPE(nonzero)
+XTPU_VALUE_DEPENDENT_SHAPE(unique)
+XTPU_VALUE_DEPENDENT_SHAPE(masked_select)
+#undef XTPU_VALUE_DEPENDENT_SHAPE
 
 }  // namespace xtpu

@@ -104,15 +104,18 @@ constexpr std::size_t child_offset() {
   for (std::size_t i = 0; i < K; ++i) o += n[i];
   return o;
 }
+/// child_offset for node N's children (N::children).
+template <std::size_t Offset, std::size_t K, class N>
+inline constexpr std::size_t child_offset_v = [] {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return child_offset<Offset, K, std::tuple_element_t<I, typename N::children>...>();
+  }(std::make_index_sequence<std::tuple_size_v<typename N::children>>{});
+}();
 
 /// vjp of child K of n (children in n.args), whose gradient is gk.
 template <std::size_t Offset, std::size_t K, class N, class G, class Sink>
 void push(const N& n, G&& gk, Sink& sink) {
-  using Args = std::remove_cvref_t<decltype(n.args)>;
-  constexpr std::size_t off = [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return child_offset<Offset, K, std::tuple_element_t<I, Args>...>();
-  }(std::make_index_sequence<std::tuple_size_v<Args>>{});
-  vjp<off>(std::get<K>(n.args), std::forward<G>(gk), sink);
+  vjp<child_offset_v<Offset, K, N>>(std::get<K>(n.args), std::forward<G>(gk), sink);
 }
 
 // ---- leaves, scalars, generators ----------------------------------------------------------
@@ -269,9 +272,10 @@ struct vjp_rule<matmul_node<Prec, L, R>> {
   template <std::size_t Offset, class G, class Sink>
   static void apply(const matmul_node<Prec, L, R>& n, const G& g, Sink& sink) {
     const auto& [l, r] = n.args;
-    if constexpr (is_transpose_v<L>) vjp<Offset>(std::get<0>(l.args), matmul<Prec>(r, transposed(g)), sink);
+    using N = matmul_node<Prec, L, R>;  // a transpose's operand starts where the transpose does
+    if constexpr (is_transpose_v<L>) vjp<child_offset_v<Offset, 0, N>>(std::get<0>(l.args), matmul<Prec>(r, transposed(g)), sink);
     else push<Offset, 0>(n, matmul<Prec>(g, transposed(r)), sink);
-    if constexpr (is_transpose_v<R>) vjp<Offset + L::n_leaves>(std::get<0>(r.args), matmul<Prec>(transposed(g), l), sink);
+    if constexpr (is_transpose_v<R>) vjp<child_offset_v<Offset, 1, N>>(std::get<0>(r.args), matmul<Prec>(transposed(g), l), sink);
     else push<Offset, 1>(n, matmul<Prec>(transposed(l), g), sink);
   }
 };

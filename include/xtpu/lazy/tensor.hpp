@@ -304,26 +304,17 @@ auto node_base<D>::to_host() const {
 /// bf16, a float operand added to a bf16 x needs cast<bf16>, and an int32 `n /= 2` is E205
 /// (int32 / int32 is true division). x's static type picks the assignment: a parameter seen
 /// as a plain tensor& is rebound without its link, as with `=`.
-template <class X, class E>
-  requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x + e; })
-X& operator+=(X& x, const E& e) {
-  return x = x + e;
-}
-template <class X, class E>
-  requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x - e; })
-X& operator-=(X& x, const E& e) {
-  return x = x - e;
-}
-template <class X, class E>
-  requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x * e; })
-X& operator*=(X& x, const E& e) {
-  return x = x * e;
-}
-template <class X, class E>
-  requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x / e; })
-X& operator/=(X& x, const E& e) {
-  return x = x / e;
-}
+#define XTPU_COMPOUND_ASSIGNMENT(SYMBOL)                                                                   \
+  template <class X, class E>                                                                              \
+    requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x SYMBOL e; }) \
+  X& operator SYMBOL##=(X& x, const E& e) {                                                                \
+    return x = x SYMBOL e;                                                                                 \
+  }
+XTPU_COMPOUND_ASSIGNMENT(+)
+XTPU_COMPOUND_ASSIGNMENT(-)
+XTPU_COMPOUND_ASSIGNMENT(*)
+XTPU_COMPOUND_ASSIGNMENT(/)
+#undef XTPU_COMPOUND_ASSIGNMENT
 
 // ---- factories (pending statements, like any other) --------------------------------------
 
