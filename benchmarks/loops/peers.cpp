@@ -7,6 +7,8 @@
 
 #include "peers.hpp"
 
+#include <xtpu/kernels/intrinsics.hpp>  // first: g++ 12.2's AVX-512 header warnings (see there)
+
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xnoalias.hpp>

@@ -33,11 +33,8 @@
 #include "xtpu/dtype/bf16.hpp"
 #include "xtpu/kernels/cpu.hpp"
 #include "xtpu/kernels/reference.hpp"
+#include "xtpu/kernels/intrinsics.hpp"
 #include "xtpu/kernels/thread_pool.hpp"
-
-#if XTPU_X86
-#include <immintrin.h>
-#endif
 
 namespace xtpu::mxu {
 

@@ -23,13 +23,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
-
 #include "xtpu/kernels/cpu.hpp"
+#include "xtpu/kernels/intrinsics.hpp"  // before xsimd, which includes <immintrin.h> too
 
-#if XTPU_X86
-#include <immintrin.h>
-#endif
+#include <xsimd/xsimd.hpp>
 
 namespace xtpu::kernels::simd {
 
