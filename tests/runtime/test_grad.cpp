@@ -207,6 +207,41 @@ TEST(Grad, GeluIsPhiPlusXPhi) {
   EXPECT_TRUE(std::isnan(e[2]));
 }
 
+TEST(Grad, GeluTanhIsTheTanhFormAndItsDerivative) {
+  // gelu_tanh and its gradient against float64 at 65 points in [-16, 16] (beyond where x^3 * 0.044715
+  // dominates), |x| = 1e12 (x^3 still finite; the limits past 1e10), the infinities and NaN
+  const double k = std::sqrt(2.0 / M_PI);
+  auto ref = [&](double v) { return 0.5 * v * (1 + std::tanh(k * (v + 0.044715 * v * v * v))); };
+  auto dref = [&](double v) {
+    const double t = std::tanh(k * (v + 0.044715 * v * v * v));
+    return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * 0.044715 * v * v);
+  };
+  std::vector<float> xv;
+  for (int i = -32; i <= 32; ++i) xv.push_back(0.5f * static_cast<float>(i) + 0.03125f);
+  auto x = device<float, 65>(xv);
+  const tensor<float, 65> y = xtpu::gelu_tanh(x);
+  tensor<float> loss = xtpu::sum(y);
+  auto [dx] = xtpu::grad(loss, x);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  auto edge = device<float, 5>({-inf, inf, nan, -1e12f, 1e12f});
+  const tensor<float, 5> ye = xtpu::gelu_tanh(edge);
+  tensor<float> l2 = xtpu::sum(ye);
+  auto [de] = xtpu::grad(l2, edge);
+  xtpu::mark_step();
+  const auto got = host(dx), val = host(y);
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    EXPECT_NEAR(val[i], ref(xv[i]), 2e-6 * std::max(1.0, std::abs(ref(xv[i])))) << xv[i];
+    EXPECT_NEAR(got[i], dref(xv[i]), 4e-7) << xv[i];
+  }
+  const auto v = host(ye), e = host(de);
+  EXPECT_EQ(v[0], 0.0);
+  EXPECT_EQ(v[1], inf);
+  EXPECT_EQ(v[3], 0.0);
+  EXPECT_EQ(v[4], 1e12f);
+  EXPECT_EQ((std::vector<double>{e[0], e[1], e[3], e[4]}), (std::vector<double>{0, 1, 0, 1}));
+  EXPECT_TRUE(std::isnan(v[2]) && std::isnan(e[2]));
+}
+
 TEST(Grad, ErrorsNameTheCauseAndLoseNothing) {
   auto x = device<float, 4>({1, 2, 3, 4});
   tensor<float> done = xtpu::sum(x * x);

@@ -130,9 +130,14 @@ TEST(Math, SpecialValues) {
   EXPECT_EQ(math::erfc(inf), 0.0f);
   EXPECT_EQ(math::gelu(inf), inf);
   EXPECT_EQ(math::gelu(-inf), 0.0f);
+  EXPECT_EQ(math::gelu_tanh(inf), inf);
+  EXPECT_EQ(bits(math::gelu_tanh(-inf)), bits(-0.0f));
+  EXPECT_EQ(math::gelu_tanh_grad(inf), 1.0f);
+  EXPECT_EQ(math::gelu_tanh_grad(-inf), 0.0f);
   for (auto f : {+[](float x) { return math::tanh(x); }, +[](float x) { return math::sigmoid(x); },
                  +[](float x) { return math::erf(x); }, +[](float x) { return math::erfc(x); },
-                 +[](float x) { return math::gelu(x); }, +[](float x) { return math::gelu_tanh(x); }})
+                 +[](float x) { return math::gelu(x); }, +[](float x) { return math::gelu_tanh(x); },
+                 +[](float x) { return math::gelu_grad(x); }, +[](float x) { return math::gelu_tanh_grad(x); }})
     EXPECT_TRUE(std::isnan(f(nan)));
 }
 
@@ -173,6 +178,7 @@ void lanes_equal_scalar() {
     check("gelu", [](auto x) { return math::gelu(x); });
     check("gelu_grad", [](auto x) { return math::gelu_grad(x); });
     check("gelu_tanh", [](auto x) { return math::gelu_tanh(x); });
+    check("gelu_tanh_grad", [](auto x) { return math::gelu_tanh_grad(x); });
     check("round_bf16", [](auto x) { return simd::round_bf16(x); });
   }
 }

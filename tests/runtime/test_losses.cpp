@@ -1,4 +1,5 @@
-// The ops a training loop needs (iota, one_hot, random::uniform, square, clip, softplus) and
+// The ops a training loop needs (iota, one_hot, random::uniform and bernoulli, dropout and its
+// module, square, clip, softplus) and
 // the losses (cross_entropy with label smoothing and an ignore index, kd_soft_ce, mse,
 // binary_cross_entropy_with_logits): values and gradients against float64 references,
 // logits of ±200, detach.
@@ -8,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 using namespace xtpu_test;
@@ -181,6 +183,68 @@ TEST(Losses, DetachStopsTheGradient) {
   std::vector<double> want(4);
   for (std::size_t i = 0; i < 4; ++i) want[i] = 3 * xv[i];  // d/dx x·c with c held
   EXPECT_TRUE(all_near(host(dx), want, 1e-6, 0));
+}
+
+TEST(TrainingOps, BernoulliAndDropoutAreCounterBasedAndScaled) {
+  constexpr std::size_t n = 4000;
+  const tensor<bool, n> m = xtpu::random::bernoulli<n>(7, 0.3f), again = xtpu::random::bernoulli<n>(7, 0.3f),
+                        other = xtpu::random::bernoulli<n>(8, 0.3f);
+  const auto xv = values(n, 12, 2.0f), rv = values(n, 13);
+  auto x = device<float, n>(xv);
+  const auto r = device<float, n>(rv);
+  const tensor<float, n> y = xtpu::nn::dropout(x, 0.25f, 11);
+  tensor<float> loss = xtpu::sum(y * r);
+  auto [dx] = xtpu::grad(loss, x);
+  const tensor<float, n> none = xtpu::nn::dropout(x, 0.0f, 11), all = xtpu::nn::dropout(x, 1.0f, 11);
+  tensor<float> l_all = xtpu::sum(all * r);
+  auto [d_all] = xtpu::grad(l_all, x);
+  xtpu::mark_step();
+  const auto mv = host(m), yv = host(y), gv = host(dx);
+  EXPECT_EQ(mv, host(again));  // (seed, index) alone
+  EXPECT_NE(mv, host(other));
+  double ones = 0, kept = 0;
+  for (double v : mv) ones += v / n;
+  EXPECT_NEAR(ones, 0.3, 0.03);  // 4000 draws: standard error 0.007
+  const float scale = 1.0f / 0.75f;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool k = yv[i] != 0.0;
+    kept += k ? 1.0 / n : 0.0;
+    EXPECT_EQ(yv[i], k ? static_cast<double>(xv[i] * scale) : 0.0) << i;
+    EXPECT_EQ(gv[i], k ? static_cast<double>(rv[i] * scale) : 0.0) << i;  // the same mask again
+  }
+  EXPECT_NEAR(kept, 0.75, 0.03);
+  EXPECT_EQ(host(none), widen(xv));
+  EXPECT_EQ(host(all), std::vector<double>(n, 0.0));
+  EXPECT_EQ(host(d_all), std::vector<double>(n, 0.0));  // not 0 x inf
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto special = device<float, 3>({inf, -inf, std::nanf("")});
+  const tensor<float, 3> gone = xtpu::nn::dropout(special, 1.0f, 3);  // not inf x 0
+  EXPECT_EQ(host(gone), std::vector<double>(3, 0.0));
+  EXPECT_THROW(xtpu::nn::dropout(x, 1.5f, 1), xtpu::error);
+  EXPECT_THROW(xtpu::nn::dropout(x, std::nanf(""), 1), xtpu::error);
+}
+
+struct two_dropouts {
+  xtpu::nn::dropout_module a, b;
+};
+
+}  // namespace
+
+BOOST_HANA_ADAPT_STRUCT(two_dropouts, a, b);
+
+namespace {
+
+TEST(TrainingOps, DropoutModulesDrawTheirOwnMasksAndStepAsideInEval) {
+  static_assert(xtpu::nn::parameter_count_v<two_dropouts> == 0);
+  two_dropouts m = xtpu::nn::init<two_dropouts>(5);
+  const auto x = device<float, 256>(std::vector<float>(256, 1.0f));
+  const tensor<float, 256> a1 = m.a(x), a2 = m.a(x), b1 = m.b(x);
+  m.a.training = false;
+  const tensor<float, 256> off = m.a(x);
+  xtpu::mark_step();
+  EXPECT_NE(host(a1), host(a2));  // the next seed of a's stream
+  EXPECT_NE(host(a1), host(b1));  // another stream
+  EXPECT_EQ(host(off), std::vector<double>(256, 1.0));
 }
 
 }  // namespace

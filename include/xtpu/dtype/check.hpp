@@ -1,7 +1,7 @@
 // xtpu/dtype/check.hpp — the named dtype and operand checkers.
 //
-// Provides: xtpu::check::{element, where_mask, cast_target, arithmetic, assign_dtype, operand,
-// index, matmul_dtype, item}. One static_assert each, template parameters named for the reader.
+// Provides: xtpu::check::{element, floating, where_mask, cast_target, arithmetic, assign_dtype,
+// operand, index, matmul_dtype, item}. One static_assert each, template parameters named for the reader.
 // Codes (docs/errors.md):
 //   E201 not an element type   E202 where mask   E203 cast target   E204 arithmetic on bool
 //   E205 assign dtype          E206 operand      E207 index dtype   E304 matmul dtype
@@ -20,6 +20,12 @@ template <class ElementType>
 constexpr void element() {
   static_assert(element_type<ElementType>,
                 "xtpu E201 dtype: the element type must be float, xtpu::bf16, std::int32_t or bool");
+}
+
+/// An op that exists for floating values only (random samples, dropout).
+template <class ValueType>
+constexpr void floating() {
+  static_assert(is_floating_v<ValueType>, "xtpu E201 dtype: this op needs float or xtpu::bf16 values");
 }
 
 template <class MaskType>

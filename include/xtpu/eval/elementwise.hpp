@@ -220,13 +220,14 @@ template <>
 struct generator_value<iota_gen> {
   static double value(const double* p, std::size_t i) noexcept { return p[0] + static_cast<double>(i); }
 };
-/// 24 bits k of splitmix64 of (seed, index) give u = (k + 1/2) / 2^24 in (0, 1), then
-/// lo + (hi - lo) u, each step rounded (kernels::simd::mul: never contracted).
+/// 23 bits k of splitmix64 of (seed, index) give u = (2k + 1) / 2^24, exact, in (0, 1) (2^-24 to
+/// 1 - 2^-24, a grid of 2^-23), then lo + (hi - lo) u, each step rounded (kernels::simd::mul:
+/// never contracted). (24 bits would make 2k + 1 inexact above 2^24, and u = 1 possible.)
 template <>
 struct generator_value<uniform_gen> {
   static float value(const double* p, std::size_t i) noexcept {
     const std::uint64_t h = counter_bits(p, i);
-    const float u = static_cast<float>(2 * (h >> 40) + 1) * 0x1.0p-25f;
+    const float u = static_cast<float>(2 * (h >> 41) + 1) * 0x1.0p-24f;
     const float lo = static_cast<float>(p[1]), hi = static_cast<float>(p[2]);
     return lo + kernels::simd::mul(hi - lo, u);
   }

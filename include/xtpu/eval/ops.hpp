@@ -160,6 +160,8 @@ XTPU_FLOAT_FUNCTION(tanh, kernels::math::tanh(a))
 XTPU_FLOAT_FUNCTION(sigmoid, kernels::math::sigmoid(a))
 XTPU_FLOAT_FUNCTION(gelu, kernels::math::gelu(a))
 XTPU_FLOAT_FUNCTION(gelu_grad, kernels::math::gelu_grad(a))
+XTPU_FLOAT_FUNCTION(gelu_tanh, kernels::math::gelu_tanh(a))
+XTPU_FLOAT_FUNCTION(gelu_tanh_grad, kernels::math::gelu_tanh_grad(a))
 #undef XTPU_FLOAT_FUNCTION
 
 // ---- an op family around its math: conversions to the compute type --------------------------

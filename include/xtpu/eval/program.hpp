@@ -23,6 +23,7 @@
 #include "xtpu/eval/cost.hpp"
 #include "xtpu/eval/evaluator.hpp"
 #include "xtpu/eval/flat.hpp"
+#include "xtpu/eval/indexing.hpp"
 #include "xtpu/eval/layout.hpp"
 #include "xtpu/eval/loop.hpp"
 #include "xtpu/eval/matmul.hpp"
@@ -131,7 +132,8 @@ constexpr kernel_desc describe(void (*run)(const bound&, void*)) {
     d.mm_m = I::M, d.mm_k = I::K, d.mm_n = I::N, d.mm_batch = I::batch, d.mm_passes = I::passes;
     d.kind = "matmul";
   } else if constexpr (N::materialized) {
-    d.kind = "reduce";
+    if constexpr (requires { evaluator<N>::kind; }) d.kind = evaluator<N>::kind;
+    else d.kind = "reduce";
   } else {
     d.run_range = &run_elementwise_range<loop_t<N>>;
     d.same_index_leaves = same_index_leaves<N, S>();

@@ -114,6 +114,15 @@ XTPU_KEEPDIM_REDUCTION(max)
 XTPU_KEEPDIM_REDUCTION(argmax)
 #undef XTPU_KEEPDIM_REDUCTION
 
+namespace detail {
+/// true with probability p, element i a function of (seed, i) alone: uniform(seed) < p, u in
+/// (0, 1), so p = 0 is never and p = 1 always (random::bernoulli, nn::dropout's dropped elements).
+template <class Shape>
+constexpr auto bernoulli_node(std::uint64_t seed, float p) {
+  return uniform_node<float, Shape>(seed) < p;
+}
+}  // namespace detail
+
 /// e * e (torch.square).
 template <expression E>
 constexpr auto square(E&& e) {

@@ -47,6 +47,13 @@ constexpr generator<full_gen, T, Shape> full_node(double v) {
   return {{}, {v}};
 }
 
+/// Uniform samples in (lo, hi) of Shape, element i a function of (seed, i) alone: an
+/// expression (random::uniform records it; dropout and bernoulli read it fused).
+template <class T, class Shape>
+constexpr generator<uniform_gen, T, Shape> uniform_node(std::uint64_t seed, float lo = 0.0f, float hi = 1.0f) {
+  return {{}, {std::bit_cast<double>(seed), static_cast<double>(lo), static_cast<double>(hi)}};
+}
+
 }  // namespace xtpu::detail
 
 namespace xtpu {

@@ -1,8 +1,8 @@
 // xtpu/expr/ops.hpp — the operations users write: operators and functions that build nodes.
 //
 // Provides (all constexpr, all lazy):
-//   + - * / (tensor, expression or scalar), unary -, exp log sqrt rsqrt abs tanh sigmoid relu gelu,
-//   maximum minimum, < <= > >= == != (to bool), where(mask, a, b), cast<T>(e),
+//   + - * / (tensor, expression or scalar), unary -, exp log sqrt rsqrt abs tanh sigmoid relu,
+//   gelu (erf form) gelu_tanh, maximum minimum, < <= > >= == != (to bool), where(mask, a, b), cast<T>(e),
 //   matmul(a, b), transpose(e), permute<P...>(e), reshape<D...>(e),
 //   sum/mean/max<Axis>(e) and full sum(e)/mean(e)/max(e); nonzero, unique, masked_select: E112.
 // Shape rule: elementwise operands broadcast (NumPy); see shape/extents.hpp for the others.
@@ -155,6 +155,10 @@ struct sigmoid { static constexpr op_tag tag = op_tag::sigmoid; static constexpr
 struct gelu { static constexpr op_tag tag = op_tag::gelu; static constexpr bool floating = true; };
 /// GELU's derivative, Phi(x) + x phi(x) (its gradient rule's op; not public).
 struct gelu_grad { static constexpr op_tag tag = op_tag::gelu_grad; static constexpr bool floating = true; };
+/// The tanh-form GELU, PyTorch's approximate='tanh': x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+struct gelu_tanh { static constexpr op_tag tag = op_tag::gelu_tanh; static constexpr bool floating = true; };
+/// Its derivative (its gradient rule's op; not public).
+struct gelu_tanh_grad { static constexpr op_tag tag = op_tag::gelu_tanh_grad; static constexpr bool floating = true; };
 }  // namespace op
 
 // ---- operators -------------------------------------------------------------------------------
@@ -196,13 +200,18 @@ XTPU_UNARY_FUNCTION(tanh)
 XTPU_UNARY_FUNCTION(sigmoid)
 XTPU_UNARY_FUNCTION(relu)
 XTPU_UNARY_FUNCTION(gelu)
+XTPU_UNARY_FUNCTION(gelu_tanh)
 #undef XTPU_UNARY_FUNCTION
 
 namespace detail {
-/// d gelu(x) / dx, one fused op (expr/vjp.hpp's gelu rule).
+/// d gelu(x) / dx and d gelu_tanh(x) / dx, one fused op each (expr/vjp.hpp's gelu rules).
 template <expression E>
 constexpr auto gelu_grad(E&& e) {
   return make_map<unary<op::gelu_grad>>(std::forward<E>(e));
+}
+template <expression E>
+constexpr auto gelu_tanh_grad(E&& e) {
+  return make_map<unary<op::gelu_tanh_grad>>(std::forward<E>(e));
 }
 }  // namespace detail
 

@@ -13,9 +13,12 @@
 // Shape rule: the gradient handed to a node has exactly that node's shape (fit_to).
 // Rules that pick one operand follow the forward rule exactly (docs/training.md): maximum and
 // minimum send g to the operand they returned (a NaN operand wins, the first of a tie), relu and
-// abs give 0 at 0, a max reduction shares g evenly among the elements equal to the maximum.
+// abs give 0 at 0, a max reduction shares g evenly among the elements equal to the maximum;
+// take's rule is a scatter-add of g into zeros of its operand's shape (expr/indexing.hpp), and
+// a scatter-add's is a take.
 // Every public elementwise op has its rule (an op added without one is a static_assert here);
-// gelu_grad, the gelu rule's own op, appears only in gradient statements, which keep no rule.
+// gelu_grad and gelu_tanh_grad, the gelu rules' own ops, appear only in gradient statements,
+// which keep no rule.
 #pragma once
 
 #include <array>
@@ -25,6 +28,7 @@
 
 #include "xtpu/expr/composite.hpp"
 #include "xtpu/expr/generators.hpp"
+#include "xtpu/expr/indexing.hpp"
 #include "xtpu/expr/layout.hpp"
 #include "xtpu/expr/ops.hpp"
 
@@ -187,6 +191,8 @@ struct vjp_rule<map<Op, C...>> {
       push<Offset, 0>(n, g * (s * (1.0f - s)), sink);
     } else if constexpr (std::is_same_v<Op, unary<op::gelu>>) {
       push<Offset, 0>(n, g * gelu_grad(a), sink);
+    } else if constexpr (std::is_same_v<Op, unary<op::gelu_tanh>>) {
+      push<Offset, 0>(n, g * gelu_tanh_grad(a), sink);
     } else {
       static_assert(!sizeof(Op), "xtpu: an elementwise op without a gradient rule (expr/vjp.hpp)");
     }
@@ -251,6 +257,22 @@ struct vjp_rule<concat_node<Axis, C...>> {
     [&]<std::size_t... K>(std::index_sequence<K...>) {
       (push<Offset, K>(n, slice<static_cast<int>(Axis), begin[K], begin[K] + ext[K]>(g), sink), ...);
     }(std::make_index_sequence<sizeof...(C)>{});
+  }
+};
+
+template <std::size_t Axis, class X, class I>
+struct vjp_rule<take_node<Axis, X, I>> {  // the indices (int32) get none
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const take_node<Axis, X, I>& n, const G& g, Sink& sink) {
+    push<Offset, 0>(n, scatter_add<Axis, typename X::shape_type>(g, std::get<1>(n.args)), sink);
+  }
+};
+
+template <std::size_t Axis, class Shape, class G, class I>
+struct vjp_rule<scatter_add_node<Axis, Shape, G, I>> {  // and a scatter-add's is a take
+  template <std::size_t Offset, class Gy, class Sink>
+  static void apply(const scatter_add_node<Axis, Shape, G, I>& n, const Gy& g, Sink& sink) {
+    push<Offset, 0>(n, take<static_cast<int>(Axis)>(g, std::get<1>(n.args)), sink);
   }
 };
 

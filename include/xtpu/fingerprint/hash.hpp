@@ -20,8 +20,9 @@ enum class op_tag : std::uint32_t {
   lt = 40, le = 41, gt = 42, ge = 43, eq = 44, ne = 45,
   where = 50, cast = 51,
   matmul = 60,
-  reshape = 70, permute = 71, slice = 72, pad = 73, concat = 74,
+  reshape = 70, permute = 71, slice = 72, pad = 73, concat = 74, take = 75, scatter_add = 76,
   sum = 80, mean = 81, max = 82,
+  gelu_tanh = 90, gelu_tanh_grad = 91,  // unary, continued
   statement = 100, step = 101,
 };
 

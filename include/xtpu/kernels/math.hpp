@@ -1,8 +1,8 @@
 // xtpu/kernels/math.hpp — the transcendental functions of xtpu's loops, the same bits on every
 // path, compiler and flag.
 //
-// Provides: xtpu::kernels::math::{exp, log, tanh, sigmoid, erf, erfc, gelu, gelu_grad, gelu_tanh} for V =
-// float or an xsimd batch of floats (kernels/simd.hpp). Each is one range reduction and one
+// Provides: xtpu::kernels::math::{exp, log, tanh, sigmoid, erf, erfc, gelu, gelu_grad, gelu_tanh,
+// gelu_tanh_grad} for V = float or an xsimd batch of floats (kernels/simd.hpp). Each is one range reduction and one
 // polynomial (Cephes' single-precision ones), written with the primitives of simd.hpp only —
 // every product through simd::mul, so nothing is fused — and evaluated in the same order for
 // a lane and for a float: a loop's SIMD body and its scalar tail agree bit for bit.
@@ -200,14 +200,34 @@ inline V gelu_grad(V x) noexcept {
   return simd::select(simd::abs(x) == V(__builtin_inff()), simd::select(x > V(0.0f), V(1.0f), V(0.0f)), r);
 }
 
+namespace detail {
+/// 2u = 2 sqrt(2/pi) (x + 0.044715 x^3), the tanh-form GELU's argument (doubled), from x and x^2.
+template <class V>
+inline V gelu_tanh_arg(V x, V x2) noexcept {
+  return simd::mul(x + simd::mul(simd::mul(x2, x), V(0.044715f)), V(1.5957691216057308f));  // 2 sqrt(2 / pi)
+}
+}  // namespace detail
+
 /// The tanh-form GELU (PyTorch's approximate='tanh'): x/2 (1 + tanh(u)), u = sqrt(2/pi)
 /// (x + 0.044715 x^3), computed as x math::sigmoid(2u) — the same function, without the
-/// cancellation of 1 + tanh(u) for negative x.
+/// cancellation of 1 + tanh(u) for negative x; -0 at -inf (the limit, not -inf x 0).
 template <class V>
 inline V gelu_tanh(V x) noexcept {
-  const V x3 = simd::mul(simd::mul(x, x), x);
-  const V u2 = simd::mul(x + simd::mul(x3, V(0.044715f)), V(1.5957691216057308f));  // 2 sqrt(2 / pi)
-  return simd::mul(x, math::sigmoid(u2));
+  const V r = simd::mul(x, math::sigmoid(detail::gelu_tanh_arg(x, simd::mul(x, x))));
+  return simd::select(x == V(-__builtin_inff()), V(-0.0f), r);
+}
+
+/// The tanh-form GELU's derivative: s + x s (1 - s) d(2u)/dx, s = sigmoid(2u), with 1 - s as
+/// sigmoid(-2u) (no cancellation where s is near 1) and d(2u)/dx = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2);
+/// 1 and 0 beyond |x| = 1e10 and at +-inf (the limits, not inf x 0).
+template <class V>
+inline V gelu_tanh_grad(V x) noexcept {
+  const V x2 = simd::mul(x, x);
+  const V u2 = detail::gelu_tanh_arg(x, x2);
+  const V s = math::sigmoid(u2), s_neg = math::sigmoid(-u2);
+  const V du2 = simd::mul(V(1.0f) + simd::mul(x2, V(0.134145f)), V(1.5957691216057308f));
+  const V r = s + simd::mul(simd::mul(x, simd::mul(s, s_neg)), du2);
+  return simd::select(simd::abs(x) > V(1e10f), simd::select(x > V(0.0f), V(1.0f), V(0.0f)), r);
 }
 
 }  // namespace xtpu::kernels::math

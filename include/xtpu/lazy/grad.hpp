@@ -154,6 +154,16 @@ struct owned<pad_node<Axis, B, A, C>> {
     return type{{}, {std::move(child)}, c.scalar()};
   }
 };
+template <std::size_t Axis, class X, class I>
+struct owned<take_node<Axis, X, I>> {
+  using type = take_node<Axis, owned_t<X>, owned_t<I>>;
+  static type make(capture_cursor& c) { return type{{}, {owned<X>::make(c), owned<I>::make(c)}}; }  // in order
+};
+template <std::size_t Axis, class Shape, class G, class I>
+struct owned<scatter_add_node<Axis, Shape, G, I>> {
+  using type = scatter_add_node<Axis, Shape, owned_t<G>, owned_t<I>>;
+  static type make(capture_cursor& c) { return type{{}, {owned<G>::make(c), owned<I>::make(c)}}; }  // in order
+};
 template <std::size_t Axis, class... C>
 struct owned<concat_node<Axis, C...>> {
   using type = concat_node<Axis, owned_t<C>...>;

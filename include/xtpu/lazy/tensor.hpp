@@ -2,7 +2,7 @@
 //
 // Provides: tensor<T, Dims...> (T: float, bf16, int32, bool; ranks 0..6; static shape, rank,
 // size), zeros/ones/full<T, Dims...>, random::normal<T, Dims...>(seed, mean, stddev),
-// random::uniform<T, Dims...>(seed, lo, hi),
+// random::uniform<T, Dims...>(seed, lo, hi), random::bernoulli<Dims...>(seed, p),
 // from_host (xt::xtensor_fixed: shape checked at compile time; xt::xarray, xt::xtensor, an
 // xt::adapt view, a pointer + length or a span: at run time),
 // tensor::to_host (xt::xtensor_fixed up to 256 KiB, heap-backed xt::xtensor above: any size),
@@ -34,6 +34,7 @@
 #include <xtensor/xfixed.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "xtpu/expr/composite.hpp"
 #include "xtpu/expr/generators.hpp"
 #include "xtpu/expr/ops.hpp"
 #include "xtpu/lazy/step.hpp"
@@ -335,16 +336,21 @@ namespace random {
 /// Normal samples; element i depends only on (seed, i). Floating types only.
 template <class T, std::size_t... Dims>
 tensor<T, Dims...> normal(std::uint64_t seed, float mean = 0.0f, float stddev = 1.0f) {
-  static_assert(is_floating_v<T>, "xtpu E201 dtype: random::normal needs float or xtpu::bf16");
+  check::floating<T>();
   return generator<detail::normal_gen, T, extents<Dims...>>{
       {}, {std::bit_cast<double>(seed), static_cast<double>(mean), static_cast<double>(stddev)}};
 }
 /// Uniform samples between lo and hi; element i depends only on (seed, i). Floating types only.
 template <class T, std::size_t... Dims>
 tensor<T, Dims...> uniform(std::uint64_t seed, float lo = 0.0f, float hi = 1.0f) {
-  static_assert(is_floating_v<T>, "xtpu E201 dtype: random::uniform needs float or xtpu::bf16");
-  return generator<detail::uniform_gen, T, extents<Dims...>>{
-      {}, {std::bit_cast<double>(seed), static_cast<double>(lo), static_cast<double>(hi)}};
+  check::floating<T>();
+  return detail::uniform_node<T, extents<Dims...>>(seed, lo, hi);
+}
+/// true with probability p (torch.bernoulli of a constant p), element i depending only on
+/// (seed, i): true where nn::dropout(x, p, seed) drops (detail::bernoulli_node).
+template <std::size_t... Dims>
+tensor<bool, Dims...> bernoulli(std::uint64_t seed, float p = 0.5f) {
+  return detail::bernoulli_node<extents<Dims...>>(seed, p);
 }
 }  // namespace random
 

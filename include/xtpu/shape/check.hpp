@@ -1,12 +1,14 @@
 // xtpu/shape/check.hpp — the named shape checkers.
 //
 // Provides: xtpu::check::{extents_valid, broadcast, assign, reshape, axis, permute, transpose,
-// class_labels, matmul, value_dependent_shape}. Each is one static_assert whose template parameters are the shapes involved, so the
-// compiler's "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both.
+// class_labels, norm_parameter, take, matmul, value_dependent_shape}. Each is one static_assert
+// whose template parameters are the shapes involved, so the compiler's
+// "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both.
 // Codes (docs/errors.md):
 //   E101 broadcast   E102 assign   E103 reshape   E104 axis   E105 zero extent   E106 rank
 //   E107 permute     E108 transpose   E109 slice   E110 concat   E111 class labels
 //   E112 value-dependent shape (nonzero, unique, masked_select, mask indexing)
+//   E113 norm parameter (a layer_norm/rms_norm weight or bias not (D), D the normalised extent)
 //   E301 matmul inner dims   E302 matmul batch dims   E303 matmul operand rank
 #pragma once
 
@@ -91,6 +93,20 @@ constexpr void class_labels() {
   static_assert(LogitsShape::rank >= 1 && std::is_same_v<detail::reduce_t<LogitsShape, -1>, LabelsShape>,
                 "xtpu E111 labels: the labels must have the logits' shape without the last (class) axis: "
                 "logits (B, C), labels (B)");
+}
+
+template <class XShape, std::size_t Axis, class IndexShape>
+constexpr void take() {
+  static_assert(detail::taken_rank_v<XShape, Axis, IndexShape> <= max_rank,
+                "xtpu E106 shape: take's result (x's axes with the indexed one replaced by the indices' axes) "
+                "would have rank above 6");
+}
+
+template <class XShape, int Axis, class ParameterShape>
+constexpr void norm_parameter() {
+  static_assert(detail::axis_parameter_v<XShape, Axis, ParameterShape>,
+                "xtpu E113 norm parameter: a layer_norm/rms_norm weight or bias has one axis, the extent of "
+                "the axis it normalises: x (B, D) normalised on axis -1 takes weight (D)");
 }
 
 template <class LhsShape, class RhsShape>

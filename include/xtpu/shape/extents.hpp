@@ -8,11 +8,14 @@
 //   reshape     element counts equal.
 //   reduce      axis in [-rank, rank); the axis is removed.
 //   permute     a permutation of 0..rank-1; transpose swaps the last two axes.
+//   norm        a layer_norm/rms_norm weight or bias is (D), D the extent of the normalised axis.
+//   take        (a..., n, b...) indexed by (i...) along the n axis -> (a..., i..., b...).
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <type_traits>
 #include <utility>
 
 #include "xtpu/config.hpp"
@@ -174,6 +177,31 @@ using reduce_t = to_extents_t<reduce_holder<S, Axis>>;
 /// The extent of one axis (1 past the rank, so that only the checker's static_assert fires).
 template <class S, std::size_t Axis>
 inline constexpr std::size_t extent_v = Axis < S::rank ? S::dims[Axis < S::rank ? Axis : 0] : 1;
+
+/// take's result: S with axis Axis replaced by the indices' axes, (a..., n, b...) and I (i...)
+/// -> (a..., i..., b...); taken_rank_v is its rank (E106 above max_rank).
+template <class S, std::size_t Axis, class I>
+inline constexpr std::size_t taken_rank_v = S::rank - 1 + I::rank;
+template <class S, std::size_t Axis, class I>
+struct take_holder {
+  static constexpr auto make() {
+    dims_t<taken_rank_v<S, Axis, I>> r{};
+    std::size_t k = 0;
+    for (std::size_t a = 0; a < S::rank && k < r.size(); ++a) {
+      if (a != Axis) r[k++] = S::dims[a];
+      else
+        for (std::size_t j = 0; j < I::rank && k < r.size(); ++j) r[k++] = I::dims[j];
+    }
+    return r;
+  }
+  static constexpr auto value = make();
+};
+template <class S, std::size_t Axis, class I>
+using take_t = to_extents_t<take_holder<S, Axis, I>>;
+
+/// Whether P is (D), D the extent of axis Axis of S: a norm's weight or bias along that axis.
+template <class S, int Axis, class P>
+inline constexpr bool axis_parameter_v = std::is_same_v<P, extents<extent_v<S, normalize_axis_v<S, Axis>>>>;
 
 /// S with the extent of one axis replaced (keepdims of a reduction: Extent = 1; slice, pad).
 template <class S, std::size_t Axis, std::size_t Extent>

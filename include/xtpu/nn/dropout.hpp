@@ -1,0 +1,56 @@
+// xtpu/nn/dropout.hpp — dropout with a counter-based mask: deterministic, static shapes.
+//
+// Provides:
+//   dropout(x, p, seed)   each element dropped (0) with probability p, else scaled by
+//       1 / (1 - p) (torch.nn.functional.dropout in training): where(bernoulli(seed, p), 0,
+//       x · (1 / (1 - p))), the bernoulli of element i a function of (seed, i) alone
+//       (random::bernoulli's mask: the same rule) — the same mask under any thread count, path
+//       or compiler, and again in the gradient (g · (1 / (1 - p)) where kept, 0 elsewhere)
+//       without storing it. p and seed are run-time scalars: a new seed every step never
+//       recompiles. p = 0 is x, p = 1 zeros (and a zero gradient).
+//   dropout_module   torch.nn.Dropout: p (0.5), training (true; false: x itself); each call
+//       draws the next seed of its own stream (an nn::seeds from the seed init gives it), so
+//       two dropout modules of a model, and two steps, get different masks. It takes one seed
+//       from init's stream: the modules declared after it get other values than in a model
+//       without it. Like a parameter, it belongs to one thread (a call advances its stream).
+// Shape rule: x's shape and type. Errors: E201 (x not float or bf16); xtpu::error for p
+// outside [0, 1] or NaN, naming p (nothing recorded).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "xtpu/dtype/check.hpp"
+#include "xtpu/error.hpp"
+#include "xtpu/expr/composite.hpp"
+#include "xtpu/lazy/tensor.hpp"
+#include "xtpu/nn/module.hpp"
+
+namespace xtpu::nn {
+
+// x (...) -> (...), x's type
+template <class X>
+auto dropout(const X& x, float p, std::uint64_t seed) {
+  using N = detail::node_t<X>;
+  check::floating<typename N::value_type>();
+  if (!(p >= 0.0f && p <= 1.0f)) throw error("xtpu: dropout: p must be in [0, 1], got " + std::to_string(p));
+  const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  return detail::as_tensor(where(detail::bernoulli_node<typename N::shape_type>(seed, p), 0.0f, x * scale));
+}
+
+/// torch.nn.Dropout: a seed stream of its own and a training flag.
+struct dropout_module {
+  float p = 0.5f;
+  bool training = true;
+  mutable seeds stream{0};  // nn::init replaces it; each call takes its next seed
+
+  // x (...) -> (...), x's type
+  template <class X>
+  auto operator()(const X& x) const {
+    if (!training) return detail::as_tensor(x);
+    return dropout(x, p, stream.next());
+  }
+  void reset_parameters(seeds& s) { stream = seeds(s.next()); }
+};
+
+}  // namespace xtpu::nn

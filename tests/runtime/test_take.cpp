@@ -1,0 +1,164 @@
+// take<Axis>(x, indices) and nn::embedding: values on every axis (an index out of range gives
+// 0), a bf16 x, the gradient (a scatter-add: repeated indices summed) against float64 sums, a
+// bf16 scatter-add summed in f32, a scatter-add's own gradient (a take), the same bits at 1 and
+// 2 threads, the embedding module's name, init and backward.
+#include "grad_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using namespace xtpu_test;
+using xtpu::tensor;
+
+namespace {
+
+template <std::size_t... D>
+tensor<std::int32_t, D...> ids(const std::vector<std::int32_t>& v) {
+  return xtpu::from_host<std::int32_t, D...>(v.data(), v.size());
+}
+
+TEST(Take, PicksAlongEveryAxisAndGivesZeroOutOfRange) {
+  const auto xv = values(2 * 5 * 3, 1);
+  const auto x = device<float, 2, 5, 3>(xv);  // (a, n, b) = (2, 5, 3) along axis 1
+  const auto at = ids<2, 2>({4, 0, 2, 5});      // 5 is out of range
+  const tensor<float, 2, 2, 2, 3> mid = xtpu::take<1>(x, at);
+  const tensor<float, 3, 5, 3> first = xtpu::take<0>(x, ids<3>({1, -1, 0}));  // -1: out of range
+  const tensor<float, 2, 5, 2> last = xtpu::take<-1>(x, ids<2>({2, 2}));
+  const tensor<float, 2, 2, 2, 3> twice = xtpu::take<1>(x, at) * 2.0f;  // fused into a loop
+  xtpu::mark_step();
+  const std::vector<std::int32_t> iv{4, 0, 2, 5};
+  std::vector<double> want;
+  for (std::size_t a = 0; a < 2; ++a)
+    for (std::int32_t k : iv)
+      for (std::size_t b = 0; b < 3; ++b) want.push_back(k < 5 ? xv[(a * 5 + static_cast<std::size_t>(k)) * 3 + b] : 0.0);
+  EXPECT_EQ(host(mid), want);
+  std::vector<double> twice_want(want);
+  for (auto& v : twice_want) v *= 2;
+  EXPECT_EQ(host(twice), twice_want);
+  const auto f = host(first);
+  for (std::size_t i = 0; i < 15; ++i) {
+    EXPECT_EQ(f[i], xv[15 + i]);
+    EXPECT_EQ(f[15 + i], 0.0);
+    EXPECT_EQ(f[30 + i], xv[i]);
+  }
+  const auto l = host(last);
+  for (std::size_t r = 0; r < 10; ++r) EXPECT_EQ((std::vector<double>{l[2 * r], l[2 * r + 1]}), (std::vector<double>{xv[r * 3 + 2], xv[r * 3 + 2]}));
+}
+
+TEST(Take, KeepsABf16TensorsType) {
+  const auto x = device<xtpu::bf16, 4, 8>(values(32, 2, 8.0f));
+  const tensor<xtpu::bf16, 2, 8> rows = xtpu::take<0>(x, ids<2>({3, 1}));
+  xtpu::mark_step();
+  const auto h = host(x), r = host(rows);
+  for (std::size_t c = 0; c < 8; ++c) {
+    EXPECT_EQ(r[c], h[24 + c]);
+    EXPECT_EQ(r[8 + c], h[8 + c]);
+  }
+}
+
+TEST(Take, GradientIsAScatterAddOfRepeatedIndices) {
+  // x (3, 6, 4) along axis 1 with indices (2, 5): 1 twice, 4 three times, 0 and 2 never, 7 out of range
+  const std::vector<std::int32_t> iv{1, 4, 4, 7, 1, 4, 3, 5, 3, 3};
+  const auto xv = values(3 * 6 * 4, 3), rv = values(3 * 10 * 4, 4);
+  auto x = device<float, 3, 6, 4>(xv);
+  const auto r = device<float, 3, 2, 5, 4>(rv);
+  tensor<float> loss = xtpu::sum(xtpu::take<1>(x, ids<2, 5>(iv)) * r);
+  auto [dx] = xtpu::grad(loss, x);
+  xtpu::mark_step();
+  std::vector<double> want(3 * 6 * 4, 0.0);  // float64 sums, in index order
+  for (std::size_t a = 0; a < 3; ++a)
+    for (std::size_t j = 0; j < 10; ++j)
+      for (std::size_t b = 0; b < 4; ++b)
+        if (iv[j] < 6) want[(a * 6 + static_cast<std::size_t>(iv[j])) * 4 + b] += rv[(a * 10 + j) * 4 + b];
+  EXPECT_TRUE(all_near(host(dx), want, 1e-6, 0.0));
+  EXPECT_EQ(host(dx)[0], 0.0);  // index 0 never taken
+}
+
+TEST(Take, AScatterAddsGradientIsATake) {
+  const std::vector<std::int32_t> iv{3, 0, 3};
+  auto g = device<float, 3, 2>(values(6, 7));
+  const auto r = device<float, 4, 2>(values(8, 8));
+  tensor<float> loss = xtpu::sum(xtpu::detail::scatter_add<0, xtpu::extents<4, 2>>(g, ids<3>(iv)) * r);
+  auto [dg] = xtpu::grad(loss, g);
+  xtpu::mark_step();
+  const auto rv = host(r);
+  EXPECT_EQ(host(dg), (std::vector<double>{rv[6], rv[7], rv[0], rv[1], rv[6], rv[7]}));
+}
+
+TEST(Take, ABf16ScatterAddSumsInF32AndRoundsOnce) {
+  // bf16(1/3) added 7 times at row 2: in f32, then rounded once to bf16
+  const auto g = device<xtpu::bf16, 7, 2>(std::vector<float>(14, 1.0f / 3.0f));
+  const tensor<xtpu::bf16, 4, 2> s = xtpu::detail::scatter_add<0, xtpu::extents<4, 2>>(g, ids<7>({2, 2, 2, 2, 2, 2, 2}));
+  xtpu::mark_step();
+  const float third = static_cast<float>(xtpu::bf16(1.0f / 3.0f));
+  float sum = 0, rounded_each_time = 0;
+  for (int i = 0; i < 7; ++i) {
+    sum += third;
+    rounded_each_time = static_cast<float>(xtpu::bf16(rounded_each_time + third));
+  }
+  const double want = static_cast<float>(xtpu::bf16(sum));
+  ASSERT_NE(want, static_cast<double>(rounded_each_time));  // the case tells the two apart
+  EXPECT_EQ(host(s), (std::vector<double>{0, 0, 0, 0, want, want, 0, 0}));
+}
+
+TEST(Take, ScatterAddGivesTheSameBitsAtEveryThreadCount) {
+  // an embedding's gradient: (V, D) from (B·T, D) rows, ids repeating; 1 and 2 threads (300
+  // columns: two pieces, split at column 128)
+  constexpr std::size_t V = 97, D = 300, N = 512;
+  std::vector<std::int32_t> iv(N);
+  for (std::size_t j = 0; j < N; ++j) iv[j] = static_cast<std::int32_t>((j * j + 7 * j) % V);
+  const auto r = device<float, N, D>(values(N * D, 5, 10.0f));
+  std::vector<std::vector<double>> runs;
+  for (const int threads : {1, 2, 1}) {
+    xtpu::kernels::set_num_threads(threads);
+    auto w = device<float, V, D>(values(V * D, 6));
+    tensor<float> loss = xtpu::sum(xtpu::take<0>(w, ids<N>(iv)) * r);
+    auto [dw] = xtpu::grad(loss, w);
+    xtpu::mark_step();
+    runs.push_back(host(dw));
+  }
+  xtpu::kernels::set_num_threads(2);
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(runs[0], runs[2]);
+}
+
+struct lookup {
+  xtpu::nn::embedding<50, 8> emb;
+};
+
+}  // namespace
+
+BOOST_HANA_ADAPT_STRUCT(lookup, emb);
+
+namespace {
+
+static_assert(xtpu::nn::parameter_count_v<lookup> == 50 * 8);
+
+TEST(Embedding, NameInitLookupAndBackward) {
+  EXPECT_EQ(xtpu::nn::parameter_names<lookup>(), std::vector<std::string>{"emb.weight"});
+  lookup m = xtpu::nn::init<lookup>(3);
+  const auto w = host(m.emb.weight);
+  double mean = 0, var = 0;
+  for (double v : w) mean += v / w.size();
+  for (double v : w) var += (v - mean) * (v - mean) / w.size();
+  EXPECT_NEAR(mean, 0.0, 0.15);  // N(0, 1): 400 draws, standard error 0.05
+  EXPECT_NEAR(var, 1.0, 0.25);
+  const std::vector<std::int32_t> iv{7, 7, 49, 0, 12, 7};
+  const tensor<float, 2, 3, 8> e = m.emb(ids<2, 3>(iv));
+  tensor<float> loss = xtpu::sum(e * e) * 0.5f;  // d/dw = w at each use, summed
+  xtpu::backward(loss);
+  xtpu::mark_step();
+  const auto got = host(e), g = host(m.emb.weight.grad());
+  for (std::size_t j = 0; j < iv.size(); ++j)
+    for (std::size_t c = 0; c < 8; ++c) EXPECT_EQ(got[j * 8 + c], w[static_cast<std::size_t>(iv[j]) * 8 + c]);
+  for (std::size_t c = 0; c < 8; ++c) {
+    EXPECT_EQ(g[7 * 8 + c], static_cast<double>(static_cast<float>(w[7 * 8 + c]) * 3.0f));  // three uses
+    EXPECT_EQ(g[49 * 8 + c], w[49 * 8 + c]);
+    EXPECT_EQ(g[1 * 8 + c], 0.0);
+  }
+}
+
+}  // namespace
