@@ -522,27 +522,6 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2_small(std::size_t kc,
 /// Panels per call of micro_avx2_small<R, P>: 12 accumulators or fewer.
 constexpr int small_panels(int rows) noexcept { return rows == 1 ? 6 : rows == 2 ? 3 : rows == 3 ? 2 : 1; }
 
-template <int R>
-inline void small_rows_avx2_r(std::size_t kc, const float* a, const float* b, std::size_t full_panels, float* c,
-                              std::size_t ldc, bool first) noexcept {
-  constexpr int P = small_panels(R);
-  const std::size_t bstride = 16 * kc;
-  std::size_t q = 0;
-  for (; q + P <= full_panels; q += P) micro_avx2_small<R, P>(kc, a, b + q * bstride, bstride, c + q * 16, ldc, first);
-  for (; q < full_panels; ++q) micro_avx2_small<R, 1>(kc, a, b + q * bstride, bstride, c + q * 16, ldc, first);
-}
-
-/// rows (1..5) rows of C x full_panels panels of 16 columns, from packed A (rows of kc) and B.
-inline void small_rows_avx2(std::size_t rows, std::size_t kc, const float* a, const float* b, std::size_t full_panels,
-                            float* c, std::size_t ldc, bool first) noexcept {
-  switch (rows) {
-    case 1: return small_rows_avx2_r<1>(kc, a, b, full_panels, c, ldc, first);
-    case 2: return small_rows_avx2_r<2>(kc, a, b, full_panels, c, ldc, first);
-    case 3: return small_rows_avx2_r<3>(kc, a, b, full_panels, c, ldc, first);
-    case 4: return small_rows_avx2_r<4>(kc, a, b, full_panels, c, ldc, first);
-    default: return small_rows_avx2_r<5>(kc, a, b, full_panels, c, ldc, first);
-  }
-}
 
 // The 12 x 32 accumulator tile of both AVX-512 kernels: c<row><half>, zeroed or loaded from
 // C (row stride ldc), and stored back.
@@ -595,6 +574,67 @@ __attribute__((target("avx512f"))) inline void micro_avx512_n16(std::size_t kc, 
 #undef XTPU_N16_FMA
 #undef XTPU_N16_INIT
 #undef XTPU_N16_DECL
+}
+
+/// The AVX-512 twin of micro_avx2_small: R rows (1..5, a batch-1 forward) x P panels of 32
+/// columns, the same fma per element in the same k order as micro_avx512.
+template <int R, int P>
+__attribute__((target("avx512f"))) inline void micro_avx512_small(std::size_t kc, const float* a, const float* b,
+                                                                std::size_t bstride, float* c, std::size_t ldc,
+                                                                bool first) noexcept {
+  __m512 acc[R][P][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < P; ++q)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) acc[r][q][h] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + q * 32 + h * 16);
+  for (std::size_t t = 0; t < kc; ++t) {
+#pragma GCC unroll 8
+    for (int q = 0; q < P; ++q) {
+      const __m512 b0 = _mm512_loadu_ps(b + q * bstride + t * 32), b1 = _mm512_loadu_ps(b + q * bstride + t * 32 + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_set1_ps(a[r * kc + t]);
+        acc[r][q][0] = _mm512_fmadd_ps(x, b0, acc[r][q][0]);
+        acc[r][q][1] = _mm512_fmadd_ps(x, b1, acc[r][q][1]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < P; ++q)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(c + r * ldc + q * 32 + h * 16, acc[r][q][h]);
+}
+
+/// R rows x full_panels panels of NR columns (16: AVX2, 32: AVX-512), P panels per call.
+template <int R, std::size_t NR>
+inline void small_rows_r(std::size_t kc, const float* a, const float* b, std::size_t full_panels, float* c,
+                         std::size_t ldc, bool first) noexcept {
+  constexpr int P = small_panels(R);
+  const std::size_t bstride = NR * kc;
+  auto micro = [&]<int Q>(std::size_t q) {
+    if constexpr (NR == 16) micro_avx2_small<R, Q>(kc, a, b + q * bstride, bstride, c + q * NR, ldc, first);
+    else micro_avx512_small<R, Q>(kc, a, b + q * bstride, bstride, c + q * NR, ldc, first);
+  };
+  std::size_t q = 0;
+  for (; q + P <= full_panels; q += P) micro.template operator()<P>(q);
+  for (; q < full_panels; ++q) micro.template operator()<1>(q);
+}
+
+/// rows (1..5) rows of C x full_panels panels of NR columns, from packed A (rows of kc) and B.
+template <std::size_t NR>
+inline void small_rows_pass(std::size_t rows, std::size_t kc, const float* a, const float* b, std::size_t full_panels,
+                       float* c, std::size_t ldc, bool first) noexcept {
+  switch (rows) {
+    case 1: return small_rows_r<1, NR>(kc, a, b, full_panels, c, ldc, first);
+    case 2: return small_rows_r<2, NR>(kc, a, b, full_panels, c, ldc, first);
+    case 3: return small_rows_r<3, NR>(kc, a, b, full_panels, c, ldc, first);
+    case 4: return small_rows_r<4, NR>(kc, a, b, full_panels, c, ldc, first);
+    default: return small_rows_r<5, NR>(kc, a, b, full_panels, c, ldc, first);
+  }
 }
 
 __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::size_t pairs, const std::uint32_t* a,
@@ -716,10 +756,12 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
         pack_a(a, ic, mc, pc, kc, bk.mr, pairs, abuf.data());
         bool small_rows = false;
 #if XTPU_X86
-        small_rows = path == isa::avx2 && mc < bk.mr;
-        if (small_rows) {  // fewer rows than a tile (batch-1 inference): all panels at once
+        // fewer rows than a tile (batch-1 inference): all panels at once, 1..5 rows
+        small_rows = mc <= 5 && ((path == isa::avx2 && mc < bk.mr) || (path == isa::avx512 && bk.nr == 32));
+        if (small_rows) {
           const std::size_t full = nc / bk.nr;
-          small_rows_avx2(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
+          if (path == isa::avx2) small_rows_pass<16>(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
+          else small_rows_pass<32>(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
           if (nc % bk.nr)
             tile(path, bk, kc, abuf.data(), bblock + full * bk.nr * slots, c + ic * ldc + jc + full * bk.nr, ldc, mc,
                  nc % bk.nr, pc == 0);
