@@ -110,6 +110,31 @@ TEST(Backward, FillsGradEqualToGradAndSumsOverCalls) {
   EXPECT_EQ(host(model.head.bias.grad()), std::vector<double>(2, 0.0));
 }
 
+TEST(Optim, ClipGradNormScalesEveryGradientInTheStep) {
+  // gradients c_w = 2 (3 elements), c_v = (1, 2, 3, 4): norm sqrt(12 + 30) = sqrt(42)
+  pair_model m;
+  m.w = device<float, 3>({1, 2, 3});
+  m.v = device<float, 2, 2>({1, 1, 1, 1});
+  const auto c = device<float, 2, 2>({1, 2, 3, 4});
+  std::int64_t compiles = -1;
+  for (const float max_norm : {1.0f, 100.0f, 2.0f}) {
+    xtpu::nn::zero_grad(m);
+    tensor<float> loss = xtpu::sum(m.w * 2.0f) + xtpu::sum(m.v * c);
+    xtpu::backward(loss);
+    const tensor<float> norm = xtpu::optim::clip_grad_norm(m, max_norm);  // pending: no sync
+    xtpu::mark_step();
+    EXPECT_NEAR(norm.item(), std::sqrt(42.0), 1e-6);
+    const double coef = std::min(1.0, max_norm / (std::sqrt(42.0) + 1e-6));
+    EXPECT_TRUE(all_near(host(m.w.grad()), std::vector<double>(3, 2 * coef), 1e-6, 0));
+    EXPECT_TRUE(all_near(host(m.v.grad()), (std::vector<double>{coef, 2 * coef, 3 * coef, 4 * coef}), 1e-6, 0));
+    if (max_norm == 100.0f) {
+      EXPECT_EQ(host(m.v.grad()), (std::vector<double>{1, 2, 3, 4}));  // exactly: min(., 1)
+      compiles = xtpu::metrics::counter("UncachedCompile");
+    }
+  }
+  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles);  // a new max_norm: no recompile
+}
+
 TEST(Backward, SkipsFrozenParametersAndNeedsOne) {
   pair_model m;
   m.w = device<float, 3>({1, 2, 3});

@@ -3,7 +3,8 @@
 // Provides: parameter<T, Dims...> (T float or bf16): a tensor — it reads, records and
 // assigns like one (`w = w - lr * w.grad()` is a statement of the step) — with a gradient
 // that xtpu::backward(loss) adds to (torch.nn.Parameter). grad() (zeros until a backward
-// reaches it), has_grad(), zero_grad(), requires_grad(bool) (false: frozen, backward skips it).
+// reaches it), has_grad(), zero_grad(), set_grad(e), requires_grad(bool) (false: frozen,
+// backward skips it).
 // A parameter is move-only: two parameters never share a gradient. Its current value is
 // linked back to it (detail::grad_slot), which is how a backward recognises it; so a plain
 // tensor that shares the value a parameter was made from shares its gradient too, and a new
@@ -60,6 +61,13 @@ class parameter : public tensor<T, Dims...> {
   bool has_grad() const noexcept { return slot_ && slot_->grad != nullptr; }
   /// Forgets the gradient (the next backward starts from none).
   void zero_grad() noexcept { slot_->grad.reset(); }
+  /// The gradient replaced by e's value (e of the parameter's shape and type, recorded outside
+  /// the tape, as an optimizer's work): optim::clip_grad_norm scales gradients this way.
+  template <class E>
+  void set_grad(const E& e) {
+    const no_grad scope;
+    slot_->grad = tensor_type(e).storage_ptr();
+  }
   bool requires_grad() const noexcept { return slot_->requires_grad; }
   /// false: frozen (a LoRA base, a teacher) — backward gives it no gradient.
   void requires_grad(bool on) noexcept { slot_->requires_grad = on; }

@@ -11,6 +11,7 @@
 // address: the model must stay where it is while the optimizer lives. xtpu::optimizer_step(opt) = opt.step() then mark_step() (torch_xla's
 // xm.optimizer_step): forward, backward and update run as one compiled step.
 // Optimizer state (momentum buffers, Adam's moments) is in f32 for bf16 parameters too.
+// optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
 // module); xtpu::error from sgd's step for Nesterov without momentum or with dampening.
 #pragma once
@@ -186,6 +187,27 @@ class adamw : public detail::adam_family<Model, adamw_options, true> {
  public:
   adamw(Model& model, adamw_options o = {}) : detail::adam_family<Model, adamw_options, true>(model, o) {}
 };
+
+/// torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm): the 2-norm of every gradient
+/// of model taken together (in f32, parameters in declaration order), and each gradient scaled
+/// by min(1, max_norm / (norm + 1e-6)) — recorded in the pending step, so no host sync; returns
+/// the norm before clipping, rank 0. max_norm is a run-time scalar. A NaN or inf gradient
+/// makes the norm and every gradient NaN (torch's default, error_if_nonfinite=False).
+template <class Model>
+tensor<float> clip_grad_norm(Model& model, float max_norm) {
+  const no_grad scope;
+  tensor<float> squares = zeros<float>();
+  nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+    if (p.has_grad()) squares = squares + sum(square(cast<float>(p.grad())));
+  });
+  const tensor<float> norm = sqrt(squares);
+  const tensor<float> coef = minimum(max_norm / (norm + 1e-6f), 1.0f);
+  nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+    using P = std::remove_cvref_t<decltype(p)>;
+    if (p.has_grad()) p.set_grad(detail::as_parameter_type<P>(cast<float>(p.grad()) * coef));
+  });
+  return norm;
+}
 
 }  // namespace xtpu::optim
 
