@@ -35,9 +35,18 @@ struct pair_model {
   xtpu::nn::parameter<float, 2, 2> v;
 };
 
+/// A small next-token model with every kind of module and op a step can hold.
+struct tiny_lm {
+  xtpu::nn::embedding<16, 8> emb;
+  xtpu::nn::layer_norm_module<8> ln;
+  xtpu::nn::dropout_module drop{.p = 0.1f};
+  xtpu::nn::linear<8, 16> head;
+};
+
 }  // namespace
 
 BOOST_HANA_ADAPT_STRUCT(block, proj, scale, not_a_parameter);
+BOOST_HANA_ADAPT_STRUCT(tiny_lm, emb, ln, drop, head);
 BOOST_HANA_ADAPT_STRUCT(net, fc1, blocks, head);
 BOOST_HANA_ADAPT_STRUCT(pair_model, w, v);
 
@@ -133,6 +142,35 @@ TEST(Optim, ClipGradNormScalesEveryGradientInTheStep) {
     }
   }
   EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles);  // a new max_norm: no recompile
+}
+
+TEST(Optim, ATrainingStepCompilesOnceOverAThousandStepsWithAChangingRate) {
+  // issue 10's check: embedding, layer norm, dropout (a new seed each step), a linear head,
+  // cross_entropy, backward, clip_grad_norm and AdamW with a cosine learning rate
+  tiny_lm m = xtpu::nn::init<tiny_lm>(4);
+  xtpu::optim::adamw opt(m, {.lr = 1e-2f});
+  std::vector<std::int32_t> now(32), next(32);
+  for (std::size_t i = 0; i < 32; ++i) {
+    now[i] = static_cast<std::int32_t>(i % 16);
+    next[i] = static_cast<std::int32_t>((7 * i + 3) % 16);
+  }
+  const tensor<std::int32_t, 32> x = xtpu::from_host<std::int32_t, 32>(now.data(), 32);
+  const tensor<std::int32_t, 32> y = xtpu::from_host<std::int32_t, 32>(next.data(), 32);
+  std::int64_t warm = 0;
+  float first = 0, last = 0;
+  for (int step = 0; step < 1000; ++step) {
+    opt.options().lr = 5e-3f * (1.0f + std::cos(3.14159265f * static_cast<float>(step) / 1000.0f));
+    tensor<float> loss = xtpu::nn::cross_entropy(m.head(m.drop(m.ln(m.emb(x)))), y);
+    xtpu::backward(loss);
+    xtpu::optim::clip_grad_norm(m, 1.0f);
+    xtpu::optimizer_step(opt);
+    if (step == 2) warm = xtpu::metrics::counter("UncachedCompile");  // the first steps start the state
+    if (step == 0) first = loss.item();
+    if (step == 999) last = loss.item();
+  }
+  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a step of the thousand recompiled";
+  EXPECT_LT(last, 0.25f * first) << first << " -> " << last;  // and it learned (dropout keeps it above 0)
+  EXPECT_GT(last, 0.0f);
 }
 
 TEST(Backward, SkipsFrozenParametersAndNeedsOne) {
