@@ -26,6 +26,10 @@ namespace xtpu::detail {
 template <class S, std::size_t Axis>
 struct indexed_axis {
   static constexpr std::size_t n = axis_split<S, Axis>::n, inner = axis_split<S, Axis>::inner, outer = S::size / (n * inner);
+  /// Whether index k names a slice (take reads 0 and scatter_add adds nothing for any other).
+  static constexpr bool holds(std::int64_t k) noexcept { return k >= 0 && k < static_cast<std::int64_t>(n); }
+  /// The flat offset of slice k of block o.
+  static constexpr std::size_t slice(std::size_t o, std::size_t k) noexcept { return (o * n + k) * inner; }
 };
 
 template <std::size_t Axis, class X, class I>
@@ -40,8 +44,8 @@ struct evaluator<take_node<Axis, X, I>> {
   static compute_t<value_type> load(const bound& b, std::size_t i) noexcept {
     const out o(i);
     const auto k = static_cast<std::int64_t>(load_child<node, S, 1>(b, o.a));
-    if (k < 0 || k >= static_cast<std::int64_t>(in::n)) return compute_t<value_type>{};
-    return static_cast<compute_t<value_type>>(load_child<node, S, 0>(b, (o.outer * in::n + static_cast<std::size_t>(k)) * in::inner + o.rest));
+    if (!in::holds(k)) return compute_t<value_type>{};
+    return static_cast<compute_t<value_type>>(load_child<node, S, 0>(b, in::slice(o.outer, static_cast<std::size_t>(k)) + o.rest));
   }
 };
 
@@ -76,10 +80,7 @@ struct evaluator<scatter_add_node<Axis, Shape, G, I>> : materialized_evaluator<s
         add_columns<S>(b, index, acc, o, c0, c1);
         if constexpr (!std::is_same_v<value_type, float>)
           for (std::size_t k = 0; k < out::n; ++k)
-            for (std::size_t c = c0; c < c1; ++c) {
-              const std::size_t at = (o * out::n + k) * out::inner + c;
-              dst[at] = store_as<value_type>(acc[at]);
-            }
+            for (std::size_t c = out::slice(o, k) + c0; c < out::slice(o, k) + c1; ++c) dst[c] = store_as<value_type>(acc[c]);
         e += c1 - c0;
       }
     });
@@ -90,12 +91,11 @@ struct evaluator<scatter_add_node<Axis, Shape, G, I>> : materialized_evaluator<s
   template <slots S>
   static void add_columns(const bound& b, const std::vector<std::int32_t>& index, float* acc, std::size_t o,
                           std::size_t c0, std::size_t c1) noexcept {
-    for (std::size_t k = 0; k < out::n; ++k)
-      std::fill(acc + (o * out::n + k) * out::inner + c0, acc + (o * out::n + k) * out::inner + c1, 0.0f);
+    for (std::size_t k = 0; k < out::n; ++k) std::fill(acc + out::slice(o, k) + c0, acc + out::slice(o, k) + c1, 0.0f);
     for (std::size_t j = 0; j < count; ++j) {
       const std::int32_t k = index[j];
-      if (k < 0 || static_cast<std::size_t>(k) >= out::n) continue;
-      float* row = acc + (o * out::n + static_cast<std::size_t>(k)) * out::inner;
+      if (!out::holds(k)) continue;
+      float* row = acc + out::slice(o, static_cast<std::size_t>(k));
       const std::size_t from = (o * count + j) * out::inner;
       for (std::size_t c = c0; c < c1; ++c) row[c] += static_cast<float>(load_child<node, S, 0>(b, from + c));
     }

@@ -2,8 +2,8 @@
 // path, compiler and flag.
 //
 // Provides: xtpu::kernels::math::{exp, log, tanh, sigmoid, erf, erfc, gelu, gelu_grad, gelu_tanh,
-// gelu_tanh_grad} for V = float or an xsimd batch of floats (kernels/simd.hpp). Each is one range reduction and one
-// polynomial (Cephes' single-precision ones), written with the primitives of simd.hpp only —
+// gelu_tanh_grad} for V = float or an xsimd batch of floats (kernels/simd.hpp). Each is one range
+// reduction and one polynomial (Cephes' single-precision ones), written with the primitives of simd.hpp only —
 // every product through simd::mul, so nothing is fused — and evaluated in the same order for
 // a lane and for a float: a loop's SIMD body and its scalar tail agree bit for bit.
 // Accuracy against float64 over every f32 input (docs/numerics.md, measured by
@@ -201,10 +201,12 @@ inline V gelu_grad(V x) noexcept {
 }
 
 namespace detail {
+/// The tanh-form GELU's constants: 2 sqrt(2 / pi), the cubic's 0.044715 and 3 x 0.044715.
+inline constexpr float gelu_tanh_scale = 1.5957691216057308f, gelu_tanh_cubic = 0.044715f, gelu_tanh_cubic3 = 0.134145f;
 /// 2u = 2 sqrt(2/pi) (x + 0.044715 x^3), the tanh-form GELU's argument (doubled), from x and x^2.
 template <class V>
 inline V gelu_tanh_arg(V x, V x2) noexcept {
-  return simd::mul(x + simd::mul(simd::mul(x2, x), V(0.044715f)), V(1.5957691216057308f));  // 2 sqrt(2 / pi)
+  return simd::mul(x + simd::mul(simd::mul(x2, x), V(gelu_tanh_cubic)), V(gelu_tanh_scale));
 }
 }  // namespace detail
 
@@ -225,7 +227,7 @@ inline V gelu_tanh_grad(V x) noexcept {
   const V x2 = simd::mul(x, x);
   const V u2 = detail::gelu_tanh_arg(x, x2);
   const V s = math::sigmoid(u2), s_neg = math::sigmoid(-u2);
-  const V du2 = simd::mul(V(1.0f) + simd::mul(x2, V(0.134145f)), V(1.5957691216057308f));
+  const V du2 = simd::mul(V(1.0f) + simd::mul(x2, V(detail::gelu_tanh_cubic3)), V(detail::gelu_tanh_scale));
   const V r = s + simd::mul(simd::mul(x, simd::mul(s, s_neg)), du2);
   return simd::select(simd::abs(x) > V(1e10f), simd::select(x > V(0.0f), V(1.0f), V(0.0f)), r);
 }

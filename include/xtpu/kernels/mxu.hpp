@@ -627,7 +627,7 @@ inline void small_rows_r(std::size_t kc, const float* a, const float* b, std::si
 /// rows (1..5) rows of C x full_panels panels of NR columns, from packed A (rows of kc) and B.
 template <std::size_t NR>
 inline void small_rows_pass(std::size_t rows, std::size_t kc, const float* a, const float* b, std::size_t full_panels,
-                       float* c, std::size_t ldc, bool first) noexcept {
+                            float* c, std::size_t ldc, bool first) noexcept {
   switch (rows) {
     case 1: return small_rows_r<1, NR>(kc, a, b, full_panels, c, ldc, first);
     case 2: return small_rows_r<2, NR>(kc, a, b, full_panels, c, ldc, first);
