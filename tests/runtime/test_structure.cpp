@@ -29,6 +29,21 @@ TEST(Structure, TransposeAndPermute) {
       }
 }
 
+TEST(Structure, AReshapeOfAPermuteReadInRunsAndFromASlice) {
+  // y (2, 3, 16) -> permute<1, 0, 2> (3, 2, 16) -> reshape (6, 16): rows of 16 copied as runs;
+  // the same through a slice that starts a packet mid-row, (24, 4) rows [1, 24), must not
+  const auto v = values(2 * 3 * 16, 3);
+  auto y = device<float, 2, 3, 16>(v);
+  xtpu::tensor<float, 6, 16> joined = xtpu::reshape<6, 16>(xtpu::permute<1, 0, 2>(y));
+  xtpu::tensor<float, 23, 4> sliced = xtpu::slice<0, 1, 24>(xtpu::reshape<24, 4>(xtpu::permute<1, 0, 2>(y)));
+  std::vector<double> want(96);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t c = 0; c < 16; ++c) want[(i * 2 + b) * 16 + c] = v[(b * 3 + i) * 16 + c];
+  EXPECT_EQ(host(joined), want);
+  EXPECT_EQ(host(sliced), std::vector<double>(want.begin() + 4, want.end()));
+}
+
 TEST(Structure, ReductionsAlongEachAxis) {
   const auto v = values(2 * 3 * 4, 3);
   auto x = device<float, 2, 3, 4>(v);

@@ -352,14 +352,34 @@ struct evaluator<reshape_node<Shape, C>> {
   static constexpr edge child_edge() {
     return edge_of<C>(child_q<Q> != 0, C::shape_type::size == 1);
   }
+  /// Our blocks and the child's last axis are multiples of 16 (of every path's width), so a
+  /// packet that starts in a row of that axis at a multiple of the width lies in it: then the
+  /// child's packet over its last axis alone (checked per packet: a slice or a row block may
+  /// start a packet elsewhere, which takes the general way) — a reshape of a permute that keeps
+  /// its last axis (attention's heads joined) stays a copy of runs instead of a gather.
+  template <std::size_t Q>
+  static constexpr bool by_child_rows = block_size<Shape>(Q) % 16 == 0 && C::shape_type::dims[C::shape_type::rank - 1] % 16 == 0 &&
+                                        packet_traits<C>::template fast<1>();
   template <std::size_t Q>
   static constexpr bool fast() {
-    return child_edge<Q>() == edge::constant || (child_edge<Q>() == edge::contiguous && packet_traits<C>::template fast<child_q<Q>>());
+    return by_child_rows<Q> || child_edge<Q>() == edge::constant ||
+           (child_edge<Q>() == edge::contiguous && packet_traits<C>::template fast<child_q<Q>>());
   }
   template <slots S, path P, std::size_t Q>
   static auto packet(const bound& b, std::size_t i) noexcept {
+    if constexpr (by_child_rows<Q> && !fast_child<Q>()) {
+      constexpr std::size_t row = C::shape_type::dims[C::shape_type::rank - 1];
+      if (i % row + width_v<P> <= row) return evaluator<C>::template packet<child_slots<reshape_node<Shape, C>, S, 0>, P, 1>(b, i);
+    }
     return child_lanes<C, child_slots<reshape_node<Shape, C>, S, 0>, P, child_q<Q>, child_edge<Q>()>(
         b, [i](std::size_t l) { return i + l; });
+  }
+
+ private:
+  /// The child's own packet over child_q<Q> axes has no gather (then it is used as before).
+  template <std::size_t Q>
+  static constexpr bool fast_child() {
+    return child_edge<Q>() == edge::contiguous && packet_traits<C>::template fast<child_q<Q>>();
   }
 };
 

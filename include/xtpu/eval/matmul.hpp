@@ -35,11 +35,17 @@ float* out_f32(T* out, std::size_t offset, std::vector<float>& scratch, std::siz
 }
 
 
-/// A node that is a tensor with its last two axes swapped (transpose(x) of a tensor).
+/// A node whose values are a tensor's buffer as it is: the tensor, or a reshape of it.
+template <class N>
+inline constexpr bool is_stored_v = is_leaf_v<N>;
+template <class Shape, class C>
+inline constexpr bool is_stored_v<reshape_node<Shape, C>> = is_stored_v<C>;
+
+/// A node that is a tensor (or a reshape of one) with its last two axes swapped.
 template <class N>
 inline constexpr bool is_transposed_leaf_v = false;
 template <class C, std::size_t... P>
-inline constexpr bool is_transposed_leaf_v<permute_node<C, P...>> = is_transpose_v<permute_node<C, P...>> && is_leaf_v<C>;
+inline constexpr bool is_transposed_leaf_v<permute_node<C, P...>> = is_transpose_v<permute_node<C, P...>> && is_stored_v<C>;
 
 /// The operand Node (shape (..., rows, cols)) of one batch, as the emulator reads it.
 template <class Node, slots S>
@@ -49,13 +55,13 @@ struct operand_source {
   std::vector<float> values;  // only for expressions that are evaluated first
 
   explicit operand_source(const bound& b) {
-    if constexpr (!is_leaf_v<Node> && !is_transposed_leaf_v<Node>) {
+    if constexpr (!is_stored_v<Node> && !is_transposed_leaf_v<Node>) {
       values.resize(Shape::size);
       for (std::size_t i = 0; i < Shape::size; ++i) values[i] = static_cast<float>(evaluator<Node>::template load<S>(b, i));
     }
   }
   mxu::matrix_view view(const bound& b, std::size_t batch) const {
-    if constexpr (is_leaf_v<Node>) {
+    if constexpr (is_stored_v<Node>) {
       using T = typename Node::value_type;
       const T* base = static_cast<const T*>(b.leaves[S.leaf]) + batch * rows * cols;
       return {base, std::is_same_v<T, bf16>, cols, 1};
@@ -69,7 +75,7 @@ struct operand_source {
   }
   /// What identifies the operand's values (its tensor's buffer version), 0 for an expression.
   std::uint64_t version(const bound& b) const {
-    if constexpr (is_leaf_v<Node> || is_transposed_leaf_v<Node>) return b.versions ? b.versions[S.leaf] : 0;
+    if constexpr (is_stored_v<Node> || is_transposed_leaf_v<Node>) return b.versions ? b.versions[S.leaf] : 0;
     else return 0;
   }
 };
@@ -93,7 +99,12 @@ void evaluator<matmul_node<Prec, L, R>>::compute(const bound& b, value_type* out
   using LS = typename L::shape_type;
   using RS = typename R::shape_type;
   using OS = typename node::shape_type;
-  constexpr std::size_t M = LS::dims[LS::rank - 2], K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
+  // a right operand without batch axes meets every batch of a left one whose rows follow each
+  // other in memory: one product of all their rows (the same bits: each output row is the same
+  // sum over K in the same order, wherever it sits)
+  constexpr bool fold = RS::rank == 2 && LS::rank > 2 && !is_transposed_leaf_v<L>;
+  constexpr std::size_t M = fold ? LS::size / LS::dims[LS::rank - 1] : LS::dims[LS::rank - 2];
+  constexpr std::size_t K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
   constexpr std::size_t batches = OS::size / (M * N);
   const detail::operand_source<L, child_slots<node, S, 0>> lhs(b);
   const detail::operand_source<R, child_slots<node, S, 1>> rhs(b);
@@ -101,8 +112,8 @@ void evaluator<matmul_node<Prec, L, R>>::compute(const bound& b, value_type* out
   mxu::for_each_batch(batches, 2.0 * M * N * K, kernels::num_threads(), [&](std::size_t ob, int threads) {
     // the operands' batches broadcast to the result's (NumPy rule, as for elementwise ops)
     using OB = detail::batch_dims_t<OS>;
-    const auto av = lhs.view(b, detail::broadcast_index<OB, detail::batch_dims_t<LS>>(ob));
-    const auto bv = rhs.view(b, detail::broadcast_index<OB, detail::batch_dims_t<RS>>(ob));
+    const auto av = fold ? lhs.view(b, 0) : lhs.view(b, detail::broadcast_index<OB, detail::batch_dims_t<LS>>(ob));
+    const auto bv = fold ? rhs.view(b, 0) : rhs.view(b, detail::broadcast_index<OB, detail::batch_dims_t<RS>>(ob));
     thread_local std::vector<float> scratch, a, w;
     float* c = detail::out_f32(out, ob * M * N, scratch, M * N);
     if constexpr (Prec == precision::default_) {

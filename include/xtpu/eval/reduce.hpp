@@ -5,7 +5,7 @@
 //   * over the last axis, or over all axes: eval/loop.hpp's canonical order (16 lanes, a fixed
 //     tree, blocks of 16384 in order), the child read a packet at a time;
 //   * over another axis: each output element sums its n values in index order, W outputs at a
-//     time (they are contiguous);
+//     time (they are contiguous), runs of 64 outputs on threads;
 //   * int32 and bool values: exactly, in int64 (wrapped to int32 at the end), in index order.
 // mean = sum / n (one f32 division); max: a NaN anywhere gives NaN (torch.max).
 // x (..., n, ...) -> (..., ...) over axis `Axis`, or x (any) -> () over all axes.
@@ -124,23 +124,30 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
                    [&](std::size_t o0, std::size_t o1) { reduce_rows<S, P>(b, out, o0, o1); });
       }
     } else {
-      // n values `stride` apart per output; W neighbouring outputs at once, each in index order
-      constexpr std::size_t Q = In::rank - 1 - ax;  // the axes after the reduced one: a block of `stride`
+      // n values `stride` apart per output; W neighbouring outputs at once, each in index order.
+      // Packets lie in one row of the last axis when its extent is a multiple of W (then a
+      // value kept per row, a norm's mean, is one splat), else in a block of the axes after
+      // the reduced one. Outputs go to threads in runs of `cols` (each output's order is its
+      // own: the split changes no bits).
+      constexpr std::size_t last = In::dims[In::rank - 1];
+      constexpr std::size_t Q = ax + 1 < In::rank && last % W == 0 ? 1 : In::rank - 1 - ax;
       constexpr bool packets = P != path::scalar && packet_traits<C>::has && stride >= W;
+      constexpr std::size_t cols = 64, runs = (stride + cols - 1) / cols;
       using Cmb = float_combine<is_max>;
-      for_ranges(outer, std::max<std::size_t>(1, 32768 / (n * stride)), [&](std::size_t o0, std::size_t o1) {
-        for (std::size_t o = o0; o < o1; ++o) {
-          std::size_t s = 0;
+      for_ranges(outer * runs, std::max<std::size_t>(1, 32768 / (n * cols)), [&](std::size_t u0, std::size_t u1) {
+        for (std::size_t u = u0; u < u1; ++u) {
+          const std::size_t o = u / runs, s0 = u % runs * cols, s1 = std::min(stride, s0 + cols);
+          std::size_t s = s0;
           if constexpr (packets) {
             using V = lanes_t<P>;
-            for (; s + W <= stride; s += W) {
+            for (; s + W <= s1; s += W) {
               V acc = Cmb::template identity<V>();
               for (std::size_t k = 0; k < n; ++k)
                 acc = Cmb::step(acc, V(evaluator<C>::template packet<CS, P, Q>(b, (o * n + k) * stride + s)));
               store_lanes<value_type>(out + o * stride + s, finish(acc));
             }
           }
-          for (; s < stride; ++s) {
+          for (; s < s1; ++s) {
             float acc = Cmb::template identity<float>();
             for (std::size_t k = 0; k < n; ++k) acc = Cmb::step(acc, element<S>(b, (o * n + k) * stride + s));
             out[o * stride + s] = store_as<value_type>(finish(acc));

@@ -70,6 +70,15 @@ constexpr std::uint64_t scalar_origin() noexcept {
   if (std::is_constant_evaluated()) return 0;
   return next_scalar_origin();
 }
+/// Origins for a node's n run-time scalars: the first of n fresh ones (0: none).
+inline std::uint64_t next_scalar_origins(std::size_t n) noexcept {
+  static std::atomic<std::uint64_t> next{std::uint64_t{1} << 62};  // apart from scalar_origin's
+  return next.fetch_add(n, std::memory_order_relaxed);
+}
+constexpr std::uint64_t scalar_origins(std::size_t n) noexcept {
+  if (std::is_constant_evaluated() || n == 0) return 0;
+  return next_scalar_origins(n);
+}
 
 /// A node's slot counts: its children's, summed, plus its own captures.
 template <class... C>
@@ -229,9 +238,10 @@ struct generator : detail::node_base<generator<Gen, T, Shape>> {
   static constexpr std::uint64_t fingerprint = detail::head_hash<Gen::tag, T, Shape>();
   using children = std::tuple<>;
   std::array<double, Gen::n_params> params;
+  std::uint64_t origin = detail::scalar_origins(Gen::n_params);  // copies share it: one value, CSE sees one node
 
   void collect_own(detail::recorder& r) const {
-    for (double p : params) r.scalar(p);
+    for (std::size_t i = 0; i < Gen::n_params; ++i) r.scalar(params[i], origin ? origin + i : 0);
   }
 };
 

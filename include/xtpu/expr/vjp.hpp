@@ -22,9 +22,12 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
+#include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "xtpu/expr/composite.hpp"
 #include "xtpu/expr/generators.hpp"
@@ -134,12 +137,140 @@ struct vjp_rule<leaf<Tensor, Owned>> {
 
 // ---- elementwise ---------------------------------------------------------------------------
 
+// ---- softmax and log-softmax: whole-pattern rules ---------------------------------------------
+
+/// The node at a path of child indices under n: at<1, 0>(n) is child 0 of n's child 1.
+template <std::size_t I, std::size_t... Rest, class N>
+constexpr const auto& at(const N& n) {
+  if constexpr (sizeof...(Rest) == 0) return std::get<I>(n.args);
+  else return at<Rest...>(std::get<I>(n.args));
+}
+
+/// The kept shape of a reduction of a value of shape S along Axis: S with that axis 1.
+template <class S, int Axis>
+using kept_shape_t = set_axis_t<S, normalize_axis_v<S, Axis>, 1>;
+
+/// exp(a) / keep(sum<Axis>(exp(a))) — softmax<Axis>'s form (expr/composite.hpp), whatever a is;
+/// the two a's of one type (that they read the same values is checked at run time: same_values).
+template <class N>
+struct softmax_form : std::false_type {};
+template <class A, class S, int Axis>
+  requires std::is_same_v<S, kept_shape_t<typename A::shape_type, Axis>>
+struct softmax_form<map<arithmetic<op::div>, map<unary<op::exp>, A>, reshape_node<S, reduce_node<sum_op, Axis, map<unary<op::exp>, A>>>>>
+    : std::true_type {
+  static constexpr int axis = Axis;
+  static const A& numerator(const auto& n) { return at<0, 0>(n); }    // exp(a)
+  static const A& denominator(const auto& n) { return at<1, 0, 0, 0>(n); }  // keep(sum(exp(a)))
+};
+/// a - log(keep(sum<Axis>(exp(a)))) — log_softmax<Axis>'s form.
+template <class N>
+struct log_softmax_form : std::false_type {};
+template <class A, class S, int Axis>
+  requires std::is_same_v<S, kept_shape_t<typename A::shape_type, Axis>>
+struct log_softmax_form<
+    map<arithmetic<op::sub>, A, map<unary<op::log>, reshape_node<S, reduce_node<sum_op, Axis, map<unary<op::exp>, A>>>>>>
+    : std::true_type {
+  static constexpr int axis = Axis;
+  static const A& numerator(const auto& n) { return at<0>(n); }             // a
+  static const A& denominator(const auto& n) { return at<1, 0, 0, 0, 0>(n); }  // log(keep(sum(exp(a))))
+};
+/// x - keep(max<Axis>(x)) along the axis Ax (normalised) of a softmax — the shift both forms
+/// apply first.
+template <class N, std::size_t Ax>
+inline constexpr bool max_shift_v = false;
+template <class X, class S, int Axis, std::size_t Ax>
+inline constexpr bool max_shift_v<map<arithmetic<op::sub>, X, reshape_node<S, reduce_node<max_op, Axis, X>>>, Ax> =
+    normalize_axis_v<typename X::shape_type, Axis> == Ax && std::is_same_v<S, kept_shape_t<typename X::shape_type, Axis>>;
+
+/// a and b (nodes of one type) read the same tensors and the same run-time values.
+template <class N>
+bool same_values(const N& a, const N& b) {
+  std::vector<std::shared_ptr<storage>> la, lb;
+  std::vector<double> sa, sb;
+  std::vector<std::uint64_t> oa, ob;
+  recorder ra{&la, &sa, &oa}, rb{&lb, &sb, &ob};
+  collect(a, ra);
+  collect(b, rb);
+  if (la != lb) return false;
+  for (std::size_t i = 0; i < sa.size(); ++i)
+    if (std::bit_cast<std::uint64_t>(sa[i]) != std::bit_cast<std::uint64_t>(sb[i])) return false;
+  return true;
+}
+/// n is one of the forms and its two a's are one value.
+template <class Form, class N>
+bool is_form(const N& n) {
+  if constexpr (Form::value) return same_values(Form::numerator(n), Form::denominator(n));
+  else return false;
+}
+
+/// The gradient ga of a softmax's (or log-softmax's) operand a along Axis, pushed on: into x
+/// alone when a is x - max(x) along that axis — the shift's gradient is exactly zero (a softmax
+/// does not change when its operand shifts: the gradient of a sums to zero along the axis),
+/// so it is not computed.
+template <std::size_t Offset, int Axis, class A, class Ga, class Sink>
+void push_shifted(const A& a, const Ga& ga, Sink& sink) {
+  constexpr std::size_t ax = normalize_axis_v<typename A::shape_type, Axis>;
+  if constexpr (max_shift_v<A, ax>) {
+    if (same_values(at<0>(a), at<1, 0, 0>(a))) return vjp<Offset>(at<0>(a), ga, sink);  // x - keep(max(x)): x's leaves first
+  }
+  vjp<Offset>(a, ga, sink);
+}
+
+/// softmax y of a along Axis, given y's value (the node itself, or its statement's tensor):
+/// da = y · (g - sum(g · y)), as torch's softmax backward, one row pass.
+template <std::size_t Offset, class N, class Y, class G, class Sink>
+void softmax_vjp(const N& n, const Y& y, const G& g, Sink& sink) {
+  using S = typename N::shape_type;
+  constexpr int axis = softmax_form<N>::axis;
+  const auto& a = at<0, 0>(n);  // exp's operand
+  push_shifted<Offset, axis>(a, y * (g - keep_axis<axis, S>(sum<axis>(g * y))), sink);
+}
+/// log-softmax y of a: da = g - exp(y) · sum(g).
+template <std::size_t Offset, class N, class Y, class G, class Sink>
+void log_softmax_vjp(const N& n, const Y& y, const G& g, Sink& sink) {
+  using S = typename N::shape_type;
+  constexpr int axis = log_softmax_form<N>::axis;
+  push_shifted<Offset, axis>(std::get<0>(n.args), g - exp(y) * keep_axis<axis, S>(sum<axis>(g)), sink);
+}
+
+template <class N>
+inline constexpr bool is_cast_map_v = false;
+template <class T, class C>
+inline constexpr bool is_cast_map_v<map<cast_op<T>, C>> = true;
+
+/// vjp of a statement's root node n whose value is already a tensor (value, a leaf): the
+/// softmax forms, under softmax<Axis>'s last cast or not, read it instead of computing it again.
+template <std::size_t Offset, class N, class V, class G, class Sink>
+void vjp_root(const N& n, const V& value, G&& g, Sink& sink) {
+  if constexpr (is_cast_map_v<N>) {
+    using C = std::tuple_element_t<0, typename N::children>;
+    if constexpr (softmax_form<C>::value || log_softmax_form<C>::value)
+      vjp_root<Offset>(std::get<0>(n.args), cast<float>(value), std::forward<G>(g), sink);
+    else
+      vjp<Offset>(n, std::forward<G>(g), sink);
+  } else if constexpr (softmax_form<N>::value || log_softmax_form<N>::value) {
+    if (!is_form<std::conditional_t<softmax_form<N>::value, softmax_form<N>, log_softmax_form<N>>>(n))
+      return vjp<Offset>(n, std::forward<G>(g), sink);
+    if (!sink.wants(Offset, Offset + N::n_leaves)) return;
+    const auto gn = fit_to<typename N::shape_type>(std::forward<G>(g));
+    if constexpr (softmax_form<N>::value) softmax_vjp<Offset>(n, value, gn, sink);
+    else log_softmax_vjp<Offset>(n, value, gn, sink);
+  } else {
+    vjp<Offset>(n, std::forward<G>(g), sink);
+  }
+}
+
 template <class Op, class... C>
 struct vjp_rule<map<Op, C...>> {
   using N = map<Op, C...>;
   template <std::size_t Offset, class G, class Sink>
   static void apply(const N& n, const G& g, Sink& sink) {
     const auto& a = std::get<0>(n.args);
+    if constexpr (softmax_form<N>::value) {
+      if (is_form<softmax_form<N>>(n)) return softmax_vjp<Offset>(n, n, g, sink);
+    } else if constexpr (log_softmax_form<N>::value) {
+      if (is_form<log_softmax_form<N>>(n)) return log_softmax_vjp<Offset>(n, n, g, sink);
+    }
     if constexpr (std::is_same_v<Op, arithmetic<op::add>>) {
       push<Offset, 0>(n, g, sink);
       push<Offset, 1>(n, g, sink);
@@ -286,7 +417,8 @@ constexpr auto transposed(const E& e) {
 }
 
 /// (.., M, K) x (.., K, N): dL = g rhs^T, dR = lhs^T g at the product's precision (batch axes
-/// that were broadcast are summed by fit_to). An operand that is a transpose, t(W) (nn::linear's
+/// that were broadcast are summed by fit_to; a (K, N) rhs of a batched lhs gets one product
+/// over all rows). An operand that is a transpose, t(W) (nn::linear's
 /// weight), gets W's gradient as one product — dW = g^T lhs, or rhs g^T — instead of a product
 /// then a transposing copy; the other operand's product reads W itself (transposed).
 template <precision Prec, class L, class R>
@@ -297,8 +429,20 @@ struct vjp_rule<matmul_node<Prec, L, R>> {
     using N = matmul_node<Prec, L, R>;  // a transpose's operand starts where the transpose does
     if constexpr (is_transpose_v<L>) vjp<child_offset_v<Offset, 0, N>>(std::get<0>(l.args), matmul<Prec>(r, transposed(g)), sink);
     else push<Offset, 0>(n, matmul<Prec>(g, transposed(r)), sink);
-    if constexpr (is_transpose_v<R>) vjp<child_offset_v<Offset, 1, N>>(std::get<0>(r.args), matmul<Prec>(transposed(g), l), sink);
-    else push<Offset, 1>(n, matmul<Prec>(transposed(l), g), sink);
+    using LS = typename L::shape_type;
+    if constexpr (R::shape_type::rank == 2 && LS::rank > 2) {
+      // a right operand shared by every batch of the left: its gradient sums over the batches,
+      // as one product over all their rows (K = batches x M) instead of one per batch and a sum
+      constexpr std::size_t rows = LS::size / LS::dims[LS::rank - 1];
+      const auto l2 = reshape<rows, LS::dims[LS::rank - 1]>(l);
+      const auto g2 = reshape<rows, N::shape_type::dims[N::shape_type::rank - 1]>(g);
+      if constexpr (is_transpose_v<R>) vjp<child_offset_v<Offset, 1, N>>(std::get<0>(r.args), matmul<Prec>(transpose(g2), l2), sink);
+      else push<Offset, 1>(n, matmul<Prec>(transpose(l2), g2), sink);
+    } else if constexpr (is_transpose_v<R>) {
+      vjp<child_offset_v<Offset, 1, N>>(std::get<0>(r.args), matmul<Prec>(transposed(g), l), sink);
+    } else {
+      push<Offset, 1>(n, matmul<Prec>(transposed(l), g), sink);
+    }
   }
 };
 

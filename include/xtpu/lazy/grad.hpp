@@ -112,6 +112,7 @@ struct owned<generator<Gen, T, S>> {
   using type = generator<Gen, T, S>;
   static type make(capture_cursor& c) {
     type g{};
+    g.origin = Gen::n_params ? *c.origins : 0;  // kept: the copy shares the original's slots
     for (double& p : g.params) p = c.scalar();
     return g;
   }
@@ -213,7 +214,12 @@ void vjp_entry(step& s, std::uint32_t stmt, const std::shared_ptr<storage>& gt, 
   using out_t = tensor_for_t<typename E::value_type, typename E::shape_type>;
   const out_t g = tensor_access::adopt<out_t>(gt);
   leaf_sink<n> sink{state, leaves, want};
-  vjp<0>(node, g, sink);
+  if (const auto out = st.out.lock()) {  // the statement's own value: some rules read it (vjp_root)
+    const out_t value = tensor_access::adopt<out_t>(out);
+    vjp_root<0>(node, value, g, sink);
+  } else {
+    vjp<0>(node, g, sink);
+  }
 }
 
 /// The walk both grad() and backward() take: checks the loss, marks the statements that depend

@@ -1,7 +1,7 @@
 // xtpu/shape/check.hpp — the named shape checkers.
 //
 // Provides: xtpu::check::{extents_valid, broadcast, assign, reshape, axis, permute, transpose,
-// class_labels, norm_parameter, take, matmul, value_dependent_shape}. Each is one static_assert
+// class_labels, norm_parameter, attention, take, matmul, value_dependent_shape}. Each is one static_assert
 // whose template parameters are the shapes involved, so the compiler's
 // "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both.
 // Codes (docs/errors.md):
@@ -9,6 +9,7 @@
 //   E107 permute     E108 transpose   E109 slice   E110 concat   E111 class labels
 //   E112 value-dependent shape (nonzero, unique, masked_select, mask indexing)
 //   E113 norm parameter (a layer_norm/rms_norm weight or bias not (D), D the normalised extent)
+//   E114 attention (D not a multiple of the heads; x not (S, D) or (B, S, D))
 //   E301 matmul inner dims   E302 matmul batch dims   E303 matmul operand rank
 #pragma once
 
@@ -107,6 +108,15 @@ constexpr void norm_parameter() {
   static_assert(detail::axis_parameter_v<XShape, Axis, ParameterShape>,
                 "xtpu E113 norm parameter: a layer_norm/rms_norm weight or bias has one axis, the extent of "
                 "the axis it normalises: x (B, D) normalised on axis -1 takes weight (D)");
+}
+
+/// Multi-head self-attention over x: (S, D) or (B, S, D), D a multiple of the heads.
+template <class XShape, std::size_t D, std::size_t Heads>
+constexpr void attention() {
+  static_assert(Heads > 0 && D % Heads == 0,
+                "xtpu E114 attention: the model width D must be a multiple of the number of heads");
+  static_assert(detail::attention_fits_v<XShape, D, Heads> || !(Heads > 0 && D % Heads == 0),
+                "xtpu E114 attention: self-attention of width D takes x (S, D) or (B, S, D)");
 }
 
 template <class LhsShape, class RhsShape>

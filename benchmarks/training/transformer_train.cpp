@@ -1,0 +1,48 @@
+// The training issue's transformer workload: one pre-norm transformer block (d 256, 4 heads,
+// feed-forward 1024, GELU, causal self-attention), batch 8 x 128 tokens, dropout off; loss the
+// mean square of its output; xtpu::backward and AdamW (lr 1e-3) per step. Its PyTorch twin is
+// transformer_train_torch.py (torch.nn.TransformerEncoderLayer, norm_first, the same sizes);
+// transformer_run.sh runs both. Products at precision::default_ (bf16 operands, f32 sums).
+// Usage: transformer_train [windows]   prints "median <ms per step>" over `windows` windows of
+//        10 steps each, after 5 warm-up steps (the first compiles), and the last loss.
+#include <xtpu/xtpu.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+constexpr std::size_t batch = 8, seq = 128, dim = 256, heads = 4, window = 10, warmup = 5;
+
+struct model {
+  xtpu::nn::transformer_block<dim, heads> block;
+};
+}  // namespace
+BOOST_HANA_ADAPT_STRUCT(model, block);
+
+int main(int argc, char** argv) {
+  const int windows = argc > 1 ? std::max(1, std::atoi(argv[1])) : 7;
+  model m = xtpu::nn::init<model>(0);
+  m.block.dropout.training = m.block.dropout1.training = m.block.dropout2.training = false;
+  xtpu::optim::adamw opt(m, {.lr = 1e-3f});
+  const xtpu::tensor<float, batch, seq, dim> x = xtpu::random::normal<float, batch, seq, dim>(1);
+  xtpu::tensor<float> loss;
+  const auto train = [&] {
+    loss = xtpu::mean(xtpu::square(m.block(x, xtpu::nn::causal)));
+    xtpu::backward(loss);
+    xtpu::optimizer_step(opt);
+  };
+  for (std::size_t i = 0; i < warmup; ++i) train();
+  std::vector<double> ms;
+  for (int w = 0; w < windows; ++w) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < window; ++i) train();
+    const std::chrono::duration<double, std::milli> dt = std::chrono::steady_clock::now() - t0;
+    ms.push_back(dt.count() / window);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("xtpu transformer block: loss %.4f, median %.2f ms per step\n", static_cast<double>(loss.item()), ms[ms.size() / 2]);
+  return 0;
+}

@@ -1,0 +1,49 @@
+"""PyTorch eager twin of transformer_train.cpp: torch.nn.TransformerEncoderLayer(256, 4, 1024,
+dropout=0, activation="gelu", batch_first=True, norm_first=True) with a causal mask, batch 8 x 128
+tokens, loss the mean square of its output, loss.backward() and AdamW (lr 1e-3) per step, fp32
+(or bf16 autocast with "bf16").
+Usage: python3 transformer_train_torch.py THREADS [windows] [fp32|bf16]
+Prints "median <ms per step>" over `windows` windows of 10 steps after 5 warm-up steps."""
+import sys
+import time
+
+import torch
+
+B, S, D, H, WINDOW, WARMUP = 8, 128, 256, 4, 10, 5
+
+
+def main():
+    threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    windows = int(sys.argv[2]) if len(sys.argv) > 2 else 7
+    bf16 = len(sys.argv) > 3 and sys.argv[3] == "bf16"
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(D, H, 4 * D, dropout=0.0, activation="gelu", batch_first=True,
+                                             norm_first=True)
+    opt = torch.optim.AdamW(layer.parameters(), lr=1e-3)
+    x = torch.randn(B, S, D)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(S)
+
+    def train():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = layer(x, src_mask=mask).float().square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(WARMUP):
+        train()
+    ms = []
+    for _ in range(windows):
+        t0 = time.perf_counter()
+        for _ in range(WINDOW):
+            loss = train()
+        ms.append((time.perf_counter() - t0) * 1e3 / WINDOW)
+    ms.sort()
+    print("torch transformer block (%s): loss %.4f, median %.2f ms per step" % ("bf16 autocast" if bf16 else "fp32",
+                                                                                loss.item(), ms[len(ms) // 2]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+// Attention: scaled_dot_product_attention (plain and causal) and its gradients against float64
+// references, the causal rule (the future changes nothing), multihead_attention and
+// transformer_block against a float64 forward built from their own parameters, torch's names,
+// the same bits at 1 and 2 threads, and a linear on (B, S, D) whose weight gradient is one product.
+#include "grad_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using namespace xtpu_test;
+using xtpu::precision;
+using xtpu::tensor;
+
+namespace {
+
+using vec = std::vector<double>;
+constexpr auto highest = precision::highest;
+
+/// softmax(q kᵀ / sqrt(d)) v per batch, float64: q (nb, sq, d), k (nb, sk, d), v (nb, sk, dv).
+vec attention_ref(const vec& q, const vec& k, const vec& v, std::size_t nb, std::size_t sq, std::size_t sk, std::size_t d,
+                  std::size_t dv, bool causal) {
+  vec out(nb * sq * dv, 0.0);
+  for (std::size_t b = 0; b < nb; ++b)
+    for (std::size_t i = 0; i < sq; ++i) {
+      vec s(sk, -std::numeric_limits<double>::infinity());
+      double top = -std::numeric_limits<double>::infinity();
+      for (std::size_t j = 0; j < sk; ++j) {
+        if (causal && j > i) continue;
+        double dot = 0;
+        for (std::size_t c = 0; c < d; ++c) dot += q[(b * sq + i) * d + c] * k[(b * sk + j) * d + c];
+        s[j] = dot / std::sqrt(static_cast<double>(d));
+        top = std::max(top, s[j]);
+      }
+      double total = 0;
+      for (auto& x : s) total += (x = std::exp(x - top));
+      for (std::size_t j = 0; j < sk; ++j)
+        for (std::size_t c = 0; c < dv; ++c) out[(b * sq + i) * dv + c] += s[j] / total * v[(b * sk + j) * dv + c];
+    }
+  return out;
+}
+
+double dot(const vec& a, const vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+/// x (rows, in) · wᵀ + b, w (out, in) read from offset `w0` rows, b from `b0`.
+vec linear_ref(const vec& x, const vec& w, const vec& b, std::size_t rows, std::size_t in, std::size_t out, std::size_t w0 = 0) {
+  vec y(rows * out);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t o = 0; o < out; ++o) {
+      double s = b.empty() ? 0.0 : b[w0 + o];
+      for (std::size_t i = 0; i < in; ++i) s += x[r * in + i] * w[(w0 + o) * in + i];
+      y[r * out + o] = s;
+    }
+  return y;
+}
+
+/// Self-attention of x (nb, s, dm) with `heads` heads from the (3 dm, dm) / (3 dm) in-projection
+/// and the (dm, dm) / (dm) out-projection, float64.
+vec mha_ref(const vec& x, const vec& w_in, const vec& b_in, const vec& w_out, const vec& b_out, std::size_t nb, std::size_t s,
+            std::size_t dm, std::size_t heads, bool causal) {
+  const std::size_t dh = dm / heads;
+  vec joined(nb * s * dm);
+  std::vector<vec> qkv;
+  for (std::size_t part = 0; part < 3; ++part) qkv.push_back(linear_ref(x, w_in, b_in, nb * s, dm, dm, part * dm));
+  for (std::size_t b = 0; b < nb; ++b)
+    for (std::size_t h = 0; h < heads; ++h) {
+      vec q(s * dh), k(s * dh), v(s * dh);
+      for (std::size_t t = 0; t < s; ++t)
+        for (std::size_t c = 0; c < dh; ++c) {
+          const std::size_t at = (b * s + t) * dm + h * dh + c;
+          q[t * dh + c] = qkv[0][at];
+          k[t * dh + c] = qkv[1][at];
+          v[t * dh + c] = qkv[2][at];
+        }
+      const vec o = attention_ref(q, k, v, 1, s, s, dh, dh, causal);
+      for (std::size_t t = 0; t < s; ++t)
+        for (std::size_t c = 0; c < dh; ++c) joined[(b * s + t) * dm + h * dh + c] = o[t * dh + c];
+    }
+  return linear_ref(joined, w_out, b_out, nb * s, dm, dm);
+}
+
+template <class P>
+vec values_of(const P& p) {
+  return host(static_cast<const typename P::tensor_type&>(p));
+}
+
+constexpr std::size_t NB = 2, SQ = 5, SK = 7, DK = 4, DV = 3;
+
+TEST(Attention, MatchesFloat64WithItsGradients) {
+  const auto qv = values(NB * SQ * DK, 1), kv = values(NB * SK * DK, 2), vv = values(NB * SK * DV, 3), rv = values(NB * SQ * DV, 4);
+  auto q = device<float, NB, SQ, DK>(qv);
+  auto k = device<float, NB, SK, DK>(kv);
+  auto v = device<float, NB, SK, DV>(vv);
+  const auto r = device<float, NB, SQ, DV>(rv);
+  for (const bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "plain");
+    const tensor<float, NB, SQ, DV> o = causal ? xtpu::nn::scaled_dot_product_attention<highest>(q, k, v, xtpu::nn::causal)
+                                               : xtpu::nn::scaled_dot_product_attention<highest>(q, k, v);
+    tensor<float> loss = xtpu::sum(o * r);
+    auto [dq, dk, dv] = xtpu::grad(loss, q, k, v);
+    xtpu::mark_step();
+    auto f = [&](const vec& Q, const vec& K, const vec& V) { return dot(attention_ref(Q, K, V, NB, SQ, SK, DK, DV, causal), widen(rv)); };
+    EXPECT_TRUE(all_near(host(o), attention_ref(widen(qv), widen(kv), widen(vv), NB, SQ, SK, DK, DV, causal), 1e-5, 1e-6));
+    EXPECT_TRUE(all_near(host(dq), numeric_grad_at<0>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
+    EXPECT_TRUE(all_near(host(dk), numeric_grad_at<1>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
+    EXPECT_TRUE(all_near(host(dv), numeric_grad_at<2>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
+  }
+}
+
+TEST(Attention, CausalRowsIgnoreTheFuture) {
+  // row i reads keys 0..i only: changing the last key and value moves the last row alone
+  constexpr std::size_t S = 6;
+  const auto qv = values(S * DK, 5), kv = values(S * DK, 6), vv = values(S * DV, 7);
+  auto k2 = kv;
+  auto v2 = vv;
+  for (std::size_t c = 0; c < DK; ++c) k2[(S - 1) * DK + c] += 3.0f;
+  for (std::size_t c = 0; c < DV; ++c) v2[(S - 1) * DV + c] -= 2.0f;
+  const auto q = device<float, S, DK>(qv);
+  const tensor<float, S, DV> a = xtpu::nn::scaled_dot_product_attention(q, device<float, S, DK>(kv), device<float, S, DV>(vv), xtpu::nn::causal);
+  const tensor<float, S, DV> b = xtpu::nn::scaled_dot_product_attention(q, device<float, S, DK>(k2), device<float, S, DV>(v2), xtpu::nn::causal);
+  const tensor<bool, S, S> mask = xtpu::nn::causal_mask<S, S>();
+  xtpu::mark_step();
+  const vec ha = host(a), hb = host(b);
+  for (std::size_t i = 0; i < (S - 1) * DV; ++i) EXPECT_EQ(ha[i], hb[i]) << "element " << i;
+  EXPECT_NE(ha[S * DV - 1], hb[S * DV - 1]);
+  const vec m = host(mask);
+  for (std::size_t i = 0; i < S; ++i)
+    for (std::size_t j = 0; j < S; ++j) EXPECT_EQ(m[i * S + j], j <= i ? 1.0 : 0.0) << i << ", " << j;
+}
+
+TEST(Attention, SoftmaxShapedExpressionsOfTwoTensorsKeepTheGeneralRule) {
+  // exp(x) / sum(exp(y)) and x - log(sum(exp(y))) have softmax's and log-softmax's form but read
+  // two tensors: the whole-form rules must not take them (each tensor gets its own gradient)
+  constexpr std::size_t R = 3, C = 5;
+  const auto xv = values(R * C, 30), yv = values(R * C, 31), rv = values(R * C, 32);
+  auto x = device<float, R, C>(xv);
+  auto y = device<float, R, C>(yv);
+  const auto r = device<float, R, C>(rv);
+  const tensor<float, R, C> ratio = xtpu::exp(x) / xtpu::sum<-1>(xtpu::exp(y), xtpu::keepdim);
+  const tensor<float, R, C> lsm = x - xtpu::log(xtpu::sum<-1>(xtpu::exp(y), xtpu::keepdim));
+  tensor<float> loss = xtpu::sum(ratio * r) + xtpu::sum(lsm * r);
+  auto [dx, dy] = xtpu::grad(loss, x, y);
+  xtpu::mark_step();
+  auto f = [&](const vec& X, const vec& Y) {
+    double total = 0;
+    for (std::size_t i = 0; i < R; ++i) {
+      double s = 0;
+      for (std::size_t j = 0; j < C; ++j) s += std::exp(Y[i * C + j]);
+      for (std::size_t j = 0; j < C; ++j) total += (std::exp(X[i * C + j]) / s + X[i * C + j] - std::log(s)) * rv[i * C + j];
+    }
+    return total;
+  };
+  EXPECT_TRUE(all_near(host(dx), numeric_grad_at<0>(f, widen(xv), widen(yv)), 1e-4, 1e-5));
+  EXPECT_TRUE(all_near(host(dy), numeric_grad_at<1>(f, widen(xv), widen(yv)), 1e-4, 1e-5));
+}
+
+TEST(Attention, Bf16InputsGiveABf16ResultMaskedOrNot) {
+  const tensor<xtpu::bf16, 2, 4, 8> q;
+  using plain = decltype(xtpu::nn::scaled_dot_product_attention(q, q, q));
+  using masked = decltype(xtpu::nn::scaled_dot_product_attention(q, q, q, xtpu::nn::causal));
+  static_assert(std::is_same_v<typename plain::value_type, xtpu::bf16> && std::is_same_v<typename masked::value_type, xtpu::bf16>);
+  SUCCEED();
+}
+
+constexpr std::size_t B = 2, S = 5, D = 8, H = 2;
+
+struct attn_model {
+  BOOST_HANA_DEFINE_STRUCT(attn_model, (xtpu::nn::multihead_attention<D, H, float, highest>, attn));
+};
+
+TEST(MultiheadAttention, TorchNamesAndAFloat64Forward) {
+  EXPECT_EQ(xtpu::nn::parameter_names<attn_model>(),
+            (std::vector<std::string>{"attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj.weight", "attn.out_proj.bias"}));
+  static_assert(xtpu::nn::parameter_count_v<attn_model> == 3 * D * D + 3 * D + D * D + D);
+  attn_model m = xtpu::nn::init<attn_model>(3);
+  // torch's init: in_proj xavier-uniform, both biases zero; random biases here so they are read
+  m.attn.in_proj_bias = device<float, 3 * D>(values(3 * D, 8));
+  m.attn.out_proj.bias = device<float, D>(values(D, 9));
+  const auto xv = values(B * S * D, 10), rv = values(B * S * D, 11);
+  auto x = device<float, B, S, D>(xv);
+  const auto r = device<float, B, S, D>(rv);
+  for (const bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "plain");
+    const tensor<float, B, S, D> y = causal ? m.attn(x, xtpu::nn::causal) : m.attn(x);
+    // one sequence (S, D): the second batch's rows, alone
+    const tensor<float, S, D> one = causal ? m.attn(xtpu::reshape<S, D>(xtpu::slice<0, 1, 2>(x)), xtpu::nn::causal)
+                                           : m.attn(xtpu::reshape<S, D>(xtpu::slice<0, 1, 2>(x)));
+    tensor<float> loss = xtpu::sum(y * r);
+    auto [dx] = xtpu::grad(loss, x);
+    xtpu::mark_step();
+    const vec wi = values_of(m.attn.in_proj_weight), bi = values_of(m.attn.in_proj_bias);
+    const vec wo = values_of(m.attn.out_proj.weight), bo = values_of(m.attn.out_proj.bias);
+    auto f = [&](const vec& X) { return dot(mha_ref(X, wi, bi, wo, bo, B, S, D, H, causal), widen(rv)); };
+    EXPECT_TRUE(all_near(host(y), mha_ref(widen(xv), wi, bi, wo, bo, B, S, D, H, causal), 1e-5, 1e-6));
+    EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
+    const vec hy = host(y);
+    EXPECT_TRUE(all_near(host(one), vec(hy.begin() + S * D, hy.end()), 1e-6, 1e-7));
+  }
+}
+
+/// layer norm of rows of d (weight w, bias b), float64.
+vec layer_norm_ref(const vec& x, const vec& w, const vec& b, std::size_t d) {
+  vec y(x.size());
+  for (std::size_t r = 0; r < x.size() / d; ++r) {
+    double mean = 0, var = 0;
+    for (std::size_t i = 0; i < d; ++i) mean += x[r * d + i] / static_cast<double>(d);
+    for (std::size_t i = 0; i < d; ++i) var += (x[r * d + i] - mean) * (x[r * d + i] - mean) / static_cast<double>(d);
+    for (std::size_t i = 0; i < d; ++i) y[r * d + i] = (x[r * d + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
+  }
+  return y;
+}
+
+constexpr std::size_t F = 12;
+struct block_model {
+  BOOST_HANA_DEFINE_STRUCT(block_model, (xtpu::nn::transformer_block<D, H, F, float, highest>, block));
+};
+
+TEST(TransformerBlock, TorchNamesAndAFloat64PreNormForward) {
+  // torch.nn.TransformerEncoderLayer(8, 2, 12, norm_first=True).state_dict().keys()
+  EXPECT_EQ(xtpu::nn::parameter_names<block_model>(),
+            (std::vector<std::string>{"block.self_attn.in_proj_weight", "block.self_attn.in_proj_bias",
+                                      "block.self_attn.out_proj.weight", "block.self_attn.out_proj.bias",
+                                      "block.linear1.weight", "block.linear1.bias", "block.linear2.weight",
+                                      "block.linear2.bias", "block.norm1.weight", "block.norm1.bias",
+                                      "block.norm2.weight", "block.norm2.bias"}));
+  block_model m = xtpu::nn::init<block_model>(4);
+  EXPECT_EQ(m.block.dropout.p, 0.1f);
+  m.block.dropout.training = m.block.dropout1.training = m.block.dropout2.training = false;
+  m.block.self_attn.in_proj_bias = device<float, 3 * D>(values(3 * D, 12));
+  m.block.norm1.weight = device<float, D>(values(D, 13, 2.0f));
+  m.block.norm2.bias = device<float, D>(values(D, 14));
+  const auto xv = values(B * S * D, 15);
+  const auto x = device<float, B, S, D>(xv);
+  const tensor<float, B, S, D> y = m.block(x, xtpu::nn::causal);
+  xtpu::mark_step();
+  const auto& a = m.block.self_attn;
+  const vec X = widen(xv);
+  vec x1 = mha_ref(layer_norm_ref(X, values_of(m.block.norm1.weight), values_of(m.block.norm1.bias), D),
+                   values_of(a.in_proj_weight), values_of(a.in_proj_bias), values_of(a.out_proj.weight),
+                   values_of(a.out_proj.bias), B, S, D, H, true);
+  for (std::size_t i = 0; i < x1.size(); ++i) x1[i] += X[i];
+  vec h = linear_ref(layer_norm_ref(x1, values_of(m.block.norm2.weight), values_of(m.block.norm2.bias), D),
+                     values_of(m.block.linear1.weight), values_of(m.block.linear1.bias), B * S, D, F);
+  for (auto& e : h) e = 0.5 * e * (1.0 + std::erf(e / std::sqrt(2.0)));  // torch's "gelu"
+  vec want = linear_ref(h, values_of(m.block.linear2.weight), values_of(m.block.linear2.bias), B * S, F, D);
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] += x1[i];
+  EXPECT_TRUE(all_near(host(y), want, 1e-5, 1e-5));
+}
+
+struct small_lm {  // default precision: the bits the MXU gives
+  BOOST_HANA_DEFINE_STRUCT(small_lm, (xtpu::nn::transformer_block<64, 4>, block));
+};
+
+TEST(TransformerBlock, ATrainingStepGivesTheSameBitsAtOneAndTwoThreads) {
+  // 8 x 64 tokens of width 64: the products, the loops over the (8, 64, 256) feed-forward and
+  // the row loops over the (8, 4, 64, 64) scores split at 2 threads
+  std::vector<std::vector<double>> runs;
+  for (const int threads : {1, 2, 1}) {
+    xtpu::kernels::set_num_threads(threads);
+    small_lm m = xtpu::nn::init<small_lm>(5);
+    const auto x = device<float, 8, 64, 64>(values(8 * 64 * 64, 16));
+    tensor<float> loss = xtpu::mean(xtpu::square(m.block(x, xtpu::nn::causal)));  // dropout on: its masks too
+    xtpu::backward(loss);
+    xtpu::mark_step();
+    vec all;
+    xtpu::nn::for_each_parameter(m, [&](const std::string&, auto& p) {
+      const vec g = host(p.grad());
+      all.insert(all.end(), g.begin(), g.end());
+    });
+    runs.push_back(all);
+  }
+  xtpu::kernels::set_num_threads(2);
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(runs[0], runs[2]);
+}
+
+TEST(Linear, OnSequencesItsWeightGradientIsOneProductOverAllRows) {
+  // x (B, S, In): the weight is shared by every batch; its gradient sums over them
+  constexpr std::size_t In = 6, Out = 5;
+  const auto xv = values(B * S * In, 17), rv = values(B * S * Out, 18), wv = values(Out * In, 19), bv = values(Out, 20);
+  auto w = device<float, Out, In>(wv);
+  auto b = device<float, Out>(bv);
+  const auto x = device<float, B, S, In>(xv);
+  const auto r = device<float, B, S, Out>(rv);
+  const tensor<float, B, S, Out> y = xtpu::matmul<highest>(x, xtpu::transpose(w)) + b;
+  tensor<float> loss = xtpu::sum(y * r);
+  auto [dw, db] = xtpu::grad(loss, w, b);
+  xtpu::mark_step();
+  auto f = [&](const vec& W, const vec& Bv) { return dot(linear_ref(widen(xv), W, Bv, B * S, In, Out), widen(rv)); };
+  EXPECT_TRUE(all_near(host(y), linear_ref(widen(xv), widen(wv), widen(bv), B * S, In, Out), 1e-6, 1e-6));
+  EXPECT_TRUE(all_near(host(dw), numeric_grad_at<0>(f, widen(wv), widen(bv)), 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(db), numeric_grad_at<1>(f, widen(wv), widen(bv)), 1e-5, 1e-6));
+}
+
+}  // namespace

@@ -1,0 +1,103 @@
+// nn::lora_linear: the base frozen and the layer equal to it at init (bit for bit), the
+// adapter's gradients against float64, alpha a run-time scalar (no recompile), training moves
+// the adapter alone, and the merged weight gives the layer's output.
+#include "grad_check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+using namespace xtpu_test;
+using xtpu::precision;
+using xtpu::tensor;
+
+namespace {
+
+using vec = std::vector<double>;
+constexpr std::size_t B = 3, S = 4, In = 6, Out = 5, R = 2;
+
+struct model {
+  BOOST_HANA_DEFINE_STRUCT(model, (xtpu::nn::lora_linear<In, Out, R, float, precision::highest>, fc));
+};
+
+template <class P>
+vec values_of(const P& p) {
+  return host(static_cast<const typename P::tensor_type&>(p));
+}
+
+TEST(Lora, NamesInitAndAFrozenBase) {
+  EXPECT_EQ(xtpu::nn::parameter_names<model>(), (std::vector<std::string>{"fc.base.weight", "fc.base.bias", "fc.lora_A", "fc.lora_B"}));
+  static_assert(xtpu::nn::parameter_count_v<model> == Out * In + Out + R * In + Out * R);
+  model m = xtpu::nn::init<model>(1);
+  EXPECT_FALSE(m.fc.base.weight.requires_grad());
+  EXPECT_FALSE(m.fc.base.bias.requires_grad());
+  EXPECT_TRUE(m.fc.lora_A.requires_grad());
+  const auto x = device<float, B, S, In>(values(B * S * In, 2));
+  const tensor<float, B, S, Out> y = m.fc(x), base = m.fc.base(x);
+  xtpu::mark_step();
+  EXPECT_EQ(host(y), host(base));  // B = 0: the low-rank path adds exact zeros
+  for (double a : values_of(m.fc.lora_A)) EXPECT_LE(std::abs(a), 1.0 / std::sqrt(double(In)));
+}
+
+TEST(Lora, AdapterGradientsMatchFloat64AndTheBaseGetsNone) {
+  model m = xtpu::nn::init<model>(3);
+  m.fc.lora_B = device<float, Out, R>(values(Out * R, 4));  // nonzero: both factors get gradients
+  m.fc.alpha = 3.0f;
+  const auto xv = values(B * S * In, 5), rv = values(B * S * Out, 6);
+  const auto x = device<float, B, S, In>(xv);
+  const auto r = device<float, B, S, Out>(rv);
+  tensor<float> loss = xtpu::sum(m.fc(x) * r);
+  xtpu::backward(loss);
+  xtpu::mark_step();
+  EXPECT_FALSE(m.fc.base.weight.has_grad());
+  const vec w = values_of(m.fc.base.weight), b = values_of(m.fc.base.bias);
+  auto f = [&](const vec& A, const vec& Bm) {
+    double total = 0;
+    for (std::size_t row = 0; row < B * S; ++row)
+      for (std::size_t o = 0; o < Out; ++o) {
+        double y = b[o];
+        for (std::size_t i = 0; i < In; ++i) y += xv[row * In + i] * w[o * In + i];
+        for (std::size_t k = 0; k < R; ++k) {
+          double low = 0;
+          for (std::size_t i = 0; i < In; ++i) low += xv[row * In + i] * A[k * In + i];
+          y += low * Bm[o * R + k] * 3.0 / R;
+        }
+        total += y * rv[row * Out + o];
+      }
+    return total;
+  };
+  const vec A = values_of(m.fc.lora_A), Bm = values_of(m.fc.lora_B);
+  EXPECT_TRUE(all_near(host(m.fc.lora_A.grad()), numeric_grad_at<0>(f, A, Bm), 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(m.fc.lora_B.grad()), numeric_grad_at<1>(f, A, Bm), 1e-5, 1e-6));
+}
+
+TEST(Lora, TrainingMovesTheAdapterAloneAndTheMergedWeightAgrees) {
+  model m = xtpu::nn::init<model>(7);
+  const vec w0 = values_of(m.fc.base.weight), b0 = values_of(m.fc.base.bias);
+  xtpu::optim::adamw opt(m, {.lr = 1e-2f});
+  const auto x = device<float, B, S, In>(values(B * S * In, 8));
+  const auto target = device<float, B, S, Out>(values(B * S * Out, 9));
+  float first = 0, last = 0;
+  std::int64_t compiles = 0;
+  for (int step = 0; step < 40; ++step) {
+    m.fc.alpha = step < 20 ? 2.0f : 4.0f;  // a run-time scalar
+    tensor<float> loss = xtpu::nn::mse(m.fc(x), target);
+    xtpu::backward(loss);
+    xtpu::optimizer_step(opt);
+    if (step == 1) compiles = xtpu::metrics::counter("UncachedCompile");
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles);
+  EXPECT_LT(last, 0.9f * first);
+  EXPECT_EQ(values_of(m.fc.base.weight), w0);  // frozen: not even weight decay
+  EXPECT_EQ(values_of(m.fc.base.bias), b0);
+  // the merged layer: x W'ᵀ + b with W' = W + B A · alpha / R
+  const tensor<float, Out, In> merged = m.fc.merged_weight();
+  const tensor<float, B, S, Out> y = m.fc(x);
+  const tensor<float, B, S, Out> y_merged = xtpu::matmul<precision::highest>(x, xtpu::transpose(merged)) + m.fc.base.bias;
+  xtpu::mark_step();
+  EXPECT_TRUE(all_near(host(y_merged), host(y), 1e-5, 1e-6));
+}
+
+}  // namespace
