@@ -11,7 +11,6 @@
 #include <xtpu/xtpu.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +19,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "windows.hpp"
 
 namespace {
 constexpr std::size_t batch = 128, in = 784, hidden = 512, classes = 10, batches = 32, window = 50, warmup = 20;
@@ -80,17 +81,9 @@ int run(mlp& model, Optimizer& opt, const data& d, int windows) {
     xtpu::optimizer_step(opt);  // runs the step
     ++step;
   };
-  for (std::size_t i = 0; i < warmup; ++i) train();
-  std::vector<double> rates;
-  for (int w = 0; w < windows; ++w) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < window; ++i) train();
-    const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
-    rates.push_back(static_cast<double>(window * batch) / dt.count());
-  }
-  std::sort(rates.begin(), rates.end());
+  const double seconds = median_window(train, warmup, window, windows);
   std::printf("xtpu autodiff: %zu steps, loss %.4f, median %.1f samples/s\n", step, static_cast<double>(loss.item()),
-              rates[rates.size() / 2]);
+              static_cast<double>(window * batch) / seconds);
   return 0;
 }
 }  // namespace

@@ -6,10 +6,11 @@ Usage: python3 mlp_train_torch.py sgd|adamw THREADS [windows]
 Prints "median <samples/s>" over `windows` windows of 50 steps after 20 warm-up steps."""
 import os
 import sys
-import time
 
 import numpy as np
 import torch
+
+from windows import median_window
 
 BATCH, IN, HIDDEN, CLASSES, BATCHES, WINDOW, WARMUP = 128, 784, 512, 10, 32, 50, 20
 
@@ -49,16 +50,8 @@ def main():
         step += 1
         return loss
 
-    for _ in range(WARMUP):
-        train()
-    rates = []
-    for _ in range(windows):
-        t0 = time.perf_counter()
-        for _ in range(WINDOW):
-            loss = train()
-        rates.append(WINDOW * BATCH / (time.perf_counter() - t0))
-    rates.sort()
-    print(f"torch {which}: {step} steps, loss {loss.item():.4f}, median {rates[len(rates) // 2]:.1f} samples/s")
+    seconds, loss = median_window(train, WARMUP, WINDOW, windows)
+    print(f"torch {which}: {step} steps, loss {loss.item():.4f}, median {WINDOW * BATCH / seconds:.1f} samples/s")
 
 
 if __name__ == "__main__":

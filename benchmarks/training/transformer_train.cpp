@@ -8,10 +8,10 @@
 #include <xtpu/xtpu.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <vector>
+
+#include "windows.hpp"
 
 namespace {
 constexpr std::size_t batch = 8, seq = 128, dim = 256, heads = 4, window = 10, warmup = 5;
@@ -34,15 +34,8 @@ int main(int argc, char** argv) {
     xtpu::backward(loss);
     xtpu::optimizer_step(opt);
   };
-  for (std::size_t i = 0; i < warmup; ++i) train();
-  std::vector<double> ms;
-  for (int w = 0; w < windows; ++w) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < window; ++i) train();
-    const std::chrono::duration<double, std::milli> dt = std::chrono::steady_clock::now() - t0;
-    ms.push_back(dt.count() / window);
-  }
-  std::sort(ms.begin(), ms.end());
-  std::printf("xtpu transformer block: loss %.4f, median %.2f ms per step\n", static_cast<double>(loss.item()), ms[ms.size() / 2]);
+  const double seconds = median_window(train, warmup, window, windows);
+  std::printf("xtpu transformer block: loss %.4f, median %.2f ms per step\n", static_cast<double>(loss.item()),
+              seconds * 1e3 / window);
   return 0;
 }

@@ -5,9 +5,10 @@ tokens, loss the mean square of its output, loss.backward() and AdamW (lr 1e-3) 
 Usage: python3 transformer_train_torch.py THREADS [windows] [fp32|bf16]
 Prints "median <ms per step>" over `windows` windows of 10 steps after 5 warm-up steps."""
 import sys
-import time
 
 import torch
+
+from windows import median_window
 
 B, S, D, H, WINDOW, WARMUP = 8, 128, 256, 4, 10, 5
 
@@ -32,17 +33,9 @@ def main():
         opt.step()
         return loss
 
-    for _ in range(WARMUP):
-        train()
-    ms = []
-    for _ in range(windows):
-        t0 = time.perf_counter()
-        for _ in range(WINDOW):
-            loss = train()
-        ms.append((time.perf_counter() - t0) * 1e3 / WINDOW)
-    ms.sort()
+    seconds, loss = median_window(train, WARMUP, WINDOW, windows)
     print("torch transformer block (%s): loss %.4f, median %.2f ms per step" % ("bf16 autocast" if bf16 else "fp32",
-                                                                                loss.item(), ms[len(ms) // 2]))
+                                                                                loss.item(), seconds * 1e3 / WINDOW))
 
 
 if __name__ == "__main__":

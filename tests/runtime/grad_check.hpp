@@ -58,4 +58,31 @@ inline ::testing::AssertionResult all_near(const std::vector<double>& got, const
 
 inline std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
+/// float64 norm of each of `rows` rows of d elements: layer norm, or RMS norm (no centring);
+/// w and b empty: no affine part.
+inline std::vector<double> norm_ref(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
+                                    std::size_t d, double eps, bool rms) {
+  std::vector<double> y(x.size());
+  for (std::size_t r = 0; r < x.size() / d; ++r) {
+    double mean = 0, var = 0;
+    if (!rms)
+      for (std::size_t i = 0; i < d; ++i) mean += x[r * d + i] / static_cast<double>(d);
+    for (std::size_t i = 0; i < d; ++i) var += (x[r * d + i] - mean) * (x[r * d + i] - mean) / static_cast<double>(d);
+    for (std::size_t i = 0; i < d; ++i) {
+      double v = (x[r * d + i] - mean) / std::sqrt(var + eps);
+      if (!w.empty()) v *= w[i];
+      if (!b.empty()) v += b[i];
+      y[r * d + i] = v;
+    }
+  }
+  return y;
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+
 }  // namespace xtpu_test

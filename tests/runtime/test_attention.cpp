@@ -44,12 +44,6 @@ vec attention_ref(const vec& q, const vec& k, const vec& v, std::size_t nb, std:
   return out;
 }
 
-double dot(const vec& a, const vec& b) {
-  double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
 /// x (rows, in) · wᵀ + b, w (out, in) read from offset `w0` rows, b from `b0`.
 vec linear_ref(const vec& x, const vec& w, const vec& b, std::size_t rows, std::size_t in, std::size_t out, std::size_t w0 = 0) {
   vec y(rows * out);
@@ -87,10 +81,6 @@ vec mha_ref(const vec& x, const vec& w_in, const vec& b_in, const vec& w_out, co
   return linear_ref(joined, w_out, b_out, nb * s, dm, dm);
 }
 
-template <class P>
-vec values_of(const P& p) {
-  return host(static_cast<const typename P::tensor_type&>(p));
-}
 
 constexpr std::size_t NB = 2, SQ = 5, SK = 7, DK = 4, DV = 3;
 
@@ -196,26 +186,14 @@ TEST(MultiheadAttention, TorchNamesAndAFloat64Forward) {
     tensor<float> loss = xtpu::sum(y * r);
     auto [dx] = xtpu::grad(loss, x);
     xtpu::mark_step();
-    const vec wi = values_of(m.attn.in_proj_weight), bi = values_of(m.attn.in_proj_bias);
-    const vec wo = values_of(m.attn.out_proj.weight), bo = values_of(m.attn.out_proj.bias);
+    const vec wi = host(m.attn.in_proj_weight), bi = host(m.attn.in_proj_bias);
+    const vec wo = host(m.attn.out_proj.weight), bo = host(m.attn.out_proj.bias);
     auto f = [&](const vec& X) { return dot(mha_ref(X, wi, bi, wo, bo, B, S, D, H, causal), widen(rv)); };
     EXPECT_TRUE(all_near(host(y), mha_ref(widen(xv), wi, bi, wo, bo, B, S, D, H, causal), 1e-5, 1e-6));
     EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
     const vec hy = host(y);
     EXPECT_TRUE(all_near(host(one), vec(hy.begin() + S * D, hy.end()), 1e-6, 1e-7));
   }
-}
-
-/// layer norm of rows of d (weight w, bias b), float64.
-vec layer_norm_ref(const vec& x, const vec& w, const vec& b, std::size_t d) {
-  vec y(x.size());
-  for (std::size_t r = 0; r < x.size() / d; ++r) {
-    double mean = 0, var = 0;
-    for (std::size_t i = 0; i < d; ++i) mean += x[r * d + i] / static_cast<double>(d);
-    for (std::size_t i = 0; i < d; ++i) var += (x[r * d + i] - mean) * (x[r * d + i] - mean) / static_cast<double>(d);
-    for (std::size_t i = 0; i < d; ++i) y[r * d + i] = (x[r * d + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
-  }
-  return y;
 }
 
 constexpr std::size_t F = 12;
@@ -243,14 +221,14 @@ TEST(TransformerBlock, TorchNamesAndAFloat64PreNormForward) {
   xtpu::mark_step();
   const auto& a = m.block.self_attn;
   const vec X = widen(xv);
-  vec x1 = mha_ref(layer_norm_ref(X, values_of(m.block.norm1.weight), values_of(m.block.norm1.bias), D),
-                   values_of(a.in_proj_weight), values_of(a.in_proj_bias), values_of(a.out_proj.weight),
-                   values_of(a.out_proj.bias), B, S, D, H, true);
+  vec x1 = mha_ref(norm_ref(X, host(m.block.norm1.weight), host(m.block.norm1.bias), D, 1e-5, false),
+                   host(a.in_proj_weight), host(a.in_proj_bias), host(a.out_proj.weight),
+                   host(a.out_proj.bias), B, S, D, H, true);
   for (std::size_t i = 0; i < x1.size(); ++i) x1[i] += X[i];
-  vec h = linear_ref(layer_norm_ref(x1, values_of(m.block.norm2.weight), values_of(m.block.norm2.bias), D),
-                     values_of(m.block.linear1.weight), values_of(m.block.linear1.bias), B * S, D, F);
+  vec h = linear_ref(norm_ref(x1, host(m.block.norm2.weight), host(m.block.norm2.bias), D, 1e-5, false),
+                     host(m.block.linear1.weight), host(m.block.linear1.bias), B * S, D, F);
   for (auto& e : h) e = 0.5 * e * (1.0 + std::erf(e / std::sqrt(2.0)));  // torch's "gelu"
-  vec want = linear_ref(h, values_of(m.block.linear2.weight), values_of(m.block.linear2.bias), B * S, F, D);
+  vec want = linear_ref(h, host(m.block.linear2.weight), host(m.block.linear2.bias), B * S, F, D);
   for (std::size_t i = 0; i < want.size(); ++i) want[i] += x1[i];
   EXPECT_TRUE(all_near(host(y), want, 1e-5, 1e-5));
 }

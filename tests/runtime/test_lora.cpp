@@ -21,10 +21,6 @@ struct model {
   BOOST_HANA_DEFINE_STRUCT(model, (xtpu::nn::lora_linear<In, Out, R, float, precision::highest>, fc));
 };
 
-template <class P>
-vec values_of(const P& p) {
-  return host(static_cast<const typename P::tensor_type&>(p));
-}
 
 TEST(Lora, NamesInitAndAFrozenBase) {
   EXPECT_EQ(xtpu::nn::parameter_names<model>(), (std::vector<std::string>{"fc.base.weight", "fc.base.bias", "fc.lora_A", "fc.lora_B"}));
@@ -37,7 +33,7 @@ TEST(Lora, NamesInitAndAFrozenBase) {
   const tensor<float, B, S, Out> y = m.fc(x), base = m.fc.base(x);
   xtpu::mark_step();
   EXPECT_EQ(host(y), host(base));  // B = 0: the low-rank path adds exact zeros
-  for (double a : values_of(m.fc.lora_A)) EXPECT_LE(std::abs(a), 1.0 / std::sqrt(double(In)));
+  for (double a : host(m.fc.lora_A)) EXPECT_LE(std::abs(a), 1.0 / std::sqrt(double(In)));
 }
 
 TEST(Lora, AdapterGradientsMatchFloat64AndTheBaseGetsNone) {
@@ -51,7 +47,7 @@ TEST(Lora, AdapterGradientsMatchFloat64AndTheBaseGetsNone) {
   xtpu::backward(loss);
   xtpu::mark_step();
   EXPECT_FALSE(m.fc.base.weight.has_grad());
-  const vec w = values_of(m.fc.base.weight), b = values_of(m.fc.base.bias);
+  const vec w = host(m.fc.base.weight), b = host(m.fc.base.bias);
   auto f = [&](const vec& A, const vec& Bm) {
     double total = 0;
     for (std::size_t row = 0; row < B * S; ++row)
@@ -67,14 +63,14 @@ TEST(Lora, AdapterGradientsMatchFloat64AndTheBaseGetsNone) {
       }
     return total;
   };
-  const vec A = values_of(m.fc.lora_A), Bm = values_of(m.fc.lora_B);
+  const vec A = host(m.fc.lora_A), Bm = host(m.fc.lora_B);
   EXPECT_TRUE(all_near(host(m.fc.lora_A.grad()), numeric_grad_at<0>(f, A, Bm), 1e-5, 1e-6));
   EXPECT_TRUE(all_near(host(m.fc.lora_B.grad()), numeric_grad_at<1>(f, A, Bm), 1e-5, 1e-6));
 }
 
 TEST(Lora, TrainingMovesTheAdapterAloneAndTheMergedWeightAgrees) {
   model m = xtpu::nn::init<model>(7);
-  const vec w0 = values_of(m.fc.base.weight), b0 = values_of(m.fc.base.bias);
+  const vec w0 = host(m.fc.base.weight), b0 = host(m.fc.base.bias);
   xtpu::optim::adamw opt(m, {.lr = 1e-2f});
   const auto x = device<float, B, S, In>(values(B * S * In, 8));
   const auto target = device<float, B, S, Out>(values(B * S * Out, 9));
@@ -90,8 +86,8 @@ TEST(Lora, TrainingMovesTheAdapterAloneAndTheMergedWeightAgrees) {
   }
   EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles);
   EXPECT_LT(last, 0.9f * first);
-  EXPECT_EQ(values_of(m.fc.base.weight), w0);  // frozen: not even weight decay
-  EXPECT_EQ(values_of(m.fc.base.bias), b0);
+  EXPECT_EQ(host(m.fc.base.weight), w0);  // frozen: not even weight decay
+  EXPECT_EQ(host(m.fc.base.bias), b0);
   // the merged layer: x W'ᵀ + b with W' = W + B A · alpha / R
   const tensor<float, Out, In> merged = m.fc.merged_weight();
   const tensor<float, B, S, Out> y = m.fc(x);

@@ -362,8 +362,7 @@ struct evaluator<reshape_node<Shape, C>> {
                                         packet_traits<C>::template fast<1>();
   template <std::size_t Q>
   static constexpr bool fast() {
-    return by_child_rows<Q> || child_edge<Q>() == edge::constant ||
-           (child_edge<Q>() == edge::contiguous && packet_traits<C>::template fast<child_q<Q>>());
+    return by_child_rows<Q> || child_edge<Q>() == edge::constant || fast_child<Q>();
   }
   template <slots S, path P, std::size_t Q>
   static auto packet(const bound& b, std::size_t i) noexcept {

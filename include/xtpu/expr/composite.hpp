@@ -23,11 +23,15 @@
 namespace xtpu {
 
 namespace detail {
+/// The shape of a reduction along Axis of a value of shape S with the axis kept: S with it 1.
+template <class S, int Axis>
+using kept_shape_t = set_axis_t<S, normalize_axis_v<S, Axis>, 1>;
+
 /// A reduction along Axis of a value of shape S, with the reduced axis put back as extent 1,
 /// to broadcast against the value.
 template <int Axis, class S, class R>
 constexpr auto keep_axis(R&& reduced) {
-  return reshape_to(std::forward<R>(reduced), set_axis_t<S, normalize_axis_v<S, Axis>, 1>{});
+  return reshape_to(std::forward<R>(reduced), kept_shape_t<S, Axis>{});
 }
 
 template <int Axis, class E>

@@ -61,24 +61,18 @@ struct recorder {
   }
 };
 
-/// A fresh origin for a scalar node made at run time (constant evaluation gets 0: none).
-inline std::uint64_t next_scalar_origin() noexcept {
-  static std::atomic<std::uint64_t> n{0};
-  return n.fetch_add(1, std::memory_order_relaxed) + 1;
-}
-constexpr std::uint64_t scalar_origin() noexcept {
-  if (std::is_constant_evaluated()) return 0;
-  return next_scalar_origin();
-}
-/// Origins for a node's n run-time scalars: the first of n fresh ones (0: none).
+/// The first of n fresh origins for a node's run-time scalars, made at run time.
 inline std::uint64_t next_scalar_origins(std::size_t n) noexcept {
-  static std::atomic<std::uint64_t> next{std::uint64_t{1} << 62};  // apart from scalar_origin's
-  return next.fetch_add(n, std::memory_order_relaxed);
+  static std::atomic<std::uint64_t> next{0};
+  return next.fetch_add(n, std::memory_order_relaxed) + 1;
 }
+/// ... and as a node's member initialiser: constant evaluation (and no scalars) gets 0, none.
 constexpr std::uint64_t scalar_origins(std::size_t n) noexcept {
   if (std::is_constant_evaluated() || n == 0) return 0;
   return next_scalar_origins(n);
 }
+/// One scalar node's origin.
+constexpr std::uint64_t scalar_origin() noexcept { return scalar_origins(1); }
 
 /// A node's slot counts: its children's, summed, plus its own captures.
 template <class... C>

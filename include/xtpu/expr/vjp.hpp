@@ -146,10 +146,6 @@ constexpr const auto& at(const N& n) {
   else return at<Rest...>(std::get<I>(n.args));
 }
 
-/// The kept shape of a reduction of a value of shape S along Axis: S with that axis 1.
-template <class S, int Axis>
-using kept_shape_t = set_axis_t<S, normalize_axis_v<S, Axis>, 1>;
-
 /// exp(a) / keep(sum<Axis>(exp(a))) — softmax<Axis>'s form (expr/composite.hpp), whatever a is;
 /// the two a's of one type (that they read the same values is checked at run time: same_values).
 template <class N>
@@ -196,11 +192,10 @@ bool same_values(const N& a, const N& b) {
     if (std::bit_cast<std::uint64_t>(sa[i]) != std::bit_cast<std::uint64_t>(sb[i])) return false;
   return true;
 }
-/// n is one of the forms and its two a's are one value.
+/// n, of a form's type, is that form: its two a's are one value.
 template <class Form, class N>
 bool is_form(const N& n) {
-  if constexpr (Form::value) return same_values(Form::numerator(n), Form::denominator(n));
-  else return false;
+  return same_values(Form::numerator(n), Form::denominator(n));
 }
 
 /// The gradient ga of a softmax's (or log-softmax's) operand a along Axis, pushed on: into x
@@ -233,6 +228,16 @@ void log_softmax_vjp(const N& n, const Y& y, const G& g, Sink& sink) {
   push_shifted<Offset, axis>(std::get<0>(n.args), g - exp(y) * keep_axis<axis, S>(sum<axis>(g)), sink);
 }
 
+/// N's form (softmax_form or log_softmax_form: its value is false when N has neither), and the
+/// vjp of that form given y, the form's value.
+template <class N>
+using form_t = std::conditional_t<softmax_form<N>::value, softmax_form<N>, log_softmax_form<N>>;
+template <std::size_t Offset, class N, class Y, class G, class Sink>
+void form_vjp(const N& n, const Y& y, const G& g, Sink& sink) {
+  if constexpr (softmax_form<N>::value) softmax_vjp<Offset>(n, y, g, sink);
+  else log_softmax_vjp<Offset>(n, y, g, sink);
+}
+
 template <class N>
 inline constexpr bool is_cast_map_v = false;
 template <class T, class C>
@@ -244,17 +249,14 @@ template <std::size_t Offset, class N, class V, class G, class Sink>
 void vjp_root(const N& n, const V& value, G&& g, Sink& sink) {
   if constexpr (is_cast_map_v<N>) {
     using C = std::tuple_element_t<0, typename N::children>;
-    if constexpr (softmax_form<C>::value || log_softmax_form<C>::value)
+    if constexpr (form_t<C>::value)
       vjp_root<Offset>(std::get<0>(n.args), cast<float>(value), std::forward<G>(g), sink);
     else
       vjp<Offset>(n, std::forward<G>(g), sink);
-  } else if constexpr (softmax_form<N>::value || log_softmax_form<N>::value) {
-    if (!is_form<std::conditional_t<softmax_form<N>::value, softmax_form<N>, log_softmax_form<N>>>(n))
-      return vjp<Offset>(n, std::forward<G>(g), sink);
+  } else if constexpr (form_t<N>::value) {
+    if (!is_form<form_t<N>>(n)) return vjp<Offset>(n, std::forward<G>(g), sink);
     if (!sink.wants(Offset, Offset + N::n_leaves)) return;
-    const auto gn = fit_to<typename N::shape_type>(std::forward<G>(g));
-    if constexpr (softmax_form<N>::value) softmax_vjp<Offset>(n, value, gn, sink);
-    else log_softmax_vjp<Offset>(n, value, gn, sink);
+    form_vjp<Offset>(n, value, fit_to<typename N::shape_type>(std::forward<G>(g)), sink);
   } else {
     vjp<Offset>(n, std::forward<G>(g), sink);
   }
@@ -266,11 +268,8 @@ struct vjp_rule<map<Op, C...>> {
   template <std::size_t Offset, class G, class Sink>
   static void apply(const N& n, const G& g, Sink& sink) {
     const auto& a = std::get<0>(n.args);
-    if constexpr (softmax_form<N>::value) {
-      if (is_form<softmax_form<N>>(n)) return softmax_vjp<Offset>(n, n, g, sink);
-    } else if constexpr (log_softmax_form<N>::value) {
-      if (is_form<log_softmax_form<N>>(n)) return log_softmax_vjp<Offset>(n, n, g, sink);
-    }
+    if constexpr (form_t<N>::value)
+      if (is_form<form_t<N>>(n)) return form_vjp<Offset>(n, n, g, sink);
     if constexpr (std::is_same_v<Op, arithmetic<op::add>>) {
       push<Offset, 0>(n, g, sink);
       push<Offset, 1>(n, g, sink);
@@ -429,19 +428,19 @@ struct vjp_rule<matmul_node<Prec, L, R>> {
     using N = matmul_node<Prec, L, R>;  // a transpose's operand starts where the transpose does
     if constexpr (is_transpose_v<L>) vjp<child_offset_v<Offset, 0, N>>(std::get<0>(l.args), matmul<Prec>(r, transposed(g)), sink);
     else push<Offset, 0>(n, matmul<Prec>(g, transposed(r)), sink);
+    // dR from the left operand and g: lhs^T g, or for R = t(W), W's own g^T lhs
+    const auto rhs_grad = [&](const auto& lhs, const auto& gr) {
+      if constexpr (is_transpose_v<R>) vjp<child_offset_v<Offset, 1, N>>(std::get<0>(r.args), matmul<Prec>(transposed(gr), lhs), sink);
+      else push<Offset, 1>(n, matmul<Prec>(transposed(lhs), gr), sink);
+    };
     using LS = typename L::shape_type;
     if constexpr (R::shape_type::rank == 2 && LS::rank > 2) {
       // a right operand shared by every batch of the left: its gradient sums over the batches,
       // as one product over all their rows (K = batches x M) instead of one per batch and a sum
       constexpr std::size_t rows = LS::size / LS::dims[LS::rank - 1];
-      const auto l2 = reshape<rows, LS::dims[LS::rank - 1]>(l);
-      const auto g2 = reshape<rows, N::shape_type::dims[N::shape_type::rank - 1]>(g);
-      if constexpr (is_transpose_v<R>) vjp<child_offset_v<Offset, 1, N>>(std::get<0>(r.args), matmul<Prec>(transpose(g2), l2), sink);
-      else push<Offset, 1>(n, matmul<Prec>(transpose(l2), g2), sink);
-    } else if constexpr (is_transpose_v<R>) {
-      vjp<child_offset_v<Offset, 1, N>>(std::get<0>(r.args), matmul<Prec>(transposed(g), l), sink);
+      rhs_grad(reshape<rows, LS::dims[LS::rank - 1]>(l), reshape<rows, N::shape_type::dims[N::shape_type::rank - 1]>(g));
     } else {
-      push<Offset, 1>(n, matmul<Prec>(transposed(l), g), sink);
+      rhs_grad(l, g);
     }
   }
 };

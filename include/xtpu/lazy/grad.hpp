@@ -111,8 +111,7 @@ template <class Gen, class T, class S>
 struct owned<generator<Gen, T, S>> {
   using type = generator<Gen, T, S>;
   static type make(capture_cursor& c) {
-    type g{};
-    g.origin = Gen::n_params ? *c.origins : 0;  // kept: the copy shares the original's slots
+    type g{{}, {}, Gen::n_params ? *c.origins : 0};  // the origin kept: the copy shares the original's slots
     for (double& p : g.params) p = c.scalar();
     return g;
   }

@@ -113,9 +113,9 @@ constexpr void norm_parameter() {
 /// Multi-head self-attention over x: (S, D) or (B, S, D), D a multiple of the heads.
 template <class XShape, std::size_t D, std::size_t Heads>
 constexpr void attention() {
-  static_assert(Heads > 0 && D % Heads == 0,
+  static_assert(detail::heads_divide_v<D, Heads>,
                 "xtpu E114 attention: the model width D must be a multiple of the number of heads");
-  static_assert(detail::attention_fits_v<XShape, D, Heads> || !(Heads > 0 && D % Heads == 0),
+  static_assert(detail::attention_fits_v<XShape, D, Heads> || !detail::heads_divide_v<D, Heads>,
                 "xtpu E114 attention: self-attention of width D takes x (S, D) or (B, S, D)");
 }
 

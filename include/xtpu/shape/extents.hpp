@@ -203,9 +203,12 @@ using take_t = to_extents_t<take_holder<S, Axis, I>>;
 template <class S, int Axis, class P>
 inline constexpr bool axis_parameter_v = std::is_same_v<P, extents<extent_v<S, normalize_axis_v<S, Axis>>>>;
 
-/// Self-attention of width D with Heads heads over x of shape S: D a multiple of Heads, x (S, D) or (B, S, D).
+/// Heads heads share a width D: D a multiple of Heads.
+template <std::size_t D, std::size_t Heads>
+inline constexpr bool heads_divide_v = Heads > 0 && D % Heads == 0;
+/// Self-attention of width D with Heads heads over x of shape S: heads_divide_v, x (S, D) or (B, S, D).
 template <class S, std::size_t D, std::size_t Heads>
-inline constexpr bool attention_fits_v = Heads > 0 && D % Heads == 0 && (S::rank == 2 || S::rank == 3) && S::dims[S::rank - 1] == D;
+inline constexpr bool attention_fits_v = heads_divide_v<D, Heads> && (S::rank == 2 || S::rank == 3) && S::dims[S::rank - 1] == D;
 
 /// S with the extent of one axis replaced (keepdims of a reduction: Extent = 1; slice, pad).
 template <class S, std::size_t Axis, std::size_t Extent>
