@@ -430,7 +430,8 @@ struct vjp_rule<matmul_node<Prec, L, R>> {
     else push<Offset, 0>(n, matmul<Prec>(g, transposed(r)), sink);
     // dR from the left operand and g: lhs^T g, or for R = t(W), W's own g^T lhs
     const auto rhs_grad = [&](const auto& lhs, const auto& gr) {
-      if constexpr (is_transpose_v<R>) vjp<child_offset_v<Offset, 1, N>>(std::get<0>(r.args), matmul<Prec>(transposed(gr), lhs), sink);
+      if constexpr (is_transpose_v<R>)  // (n.args, not r: clang 14 cannot capture a structured binding)
+        vjp<child_offset_v<Offset, 1, N>>(at<1, 0>(n), matmul<Prec>(transposed(gr), lhs), sink);
       else push<Offset, 1>(n, matmul<Prec>(transposed(lhs), gr), sink);
     };
     using LS = typename L::shape_type;
