@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -87,4 +89,29 @@ TEST(ThreadPool, AlternatingMatmulsAtManyThreads) {
     for (int i = 0; i < 40; ++i) ASSERT_EQ(run(), want) << threads << " threads, iteration " << i;
   }
   xtpu::kernels::set_num_threads(saved);
+}
+
+// Pieces of a loop: elements split at multiples of 64 (packets and cache lines stay whole),
+// rows, blocks and runs split anywhere — 2 threads share 100 rows 50/50 (before for_units, a
+// norm over 100 rows ran on one thread: the piece boundary rounded down to row 0).
+TEST(ThreadPool, LoopsSplitElementsAt64AndRowsAnywhere) {
+  const int threads0 = xtpu::kernels::num_threads();
+  xtpu::kernels::set_num_threads(2);
+  std::mutex m;
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;
+  const auto note = [&](std::size_t b, std::size_t e) {
+    const std::lock_guard lock(m);
+    pieces.emplace_back(b, e);
+  };
+  xtpu::detail::for_units(100, 1, note);
+  std::sort(pieces.begin(), pieces.end());
+  EXPECT_EQ(pieces, (std::vector<std::pair<std::size_t, std::size_t>>{{0, 50}, {50, 100}}));
+  pieces.clear();
+  xtpu::detail::for_ranges(1000, 100, note);
+  std::sort(pieces.begin(), pieces.end());
+  EXPECT_EQ(pieces, (std::vector<std::pair<std::size_t, std::size_t>>{{0, 448}, {448, 1000}}));
+  pieces.clear();
+  xtpu::detail::for_units(1, 1, note);  // one unit: on the caller, one piece
+  EXPECT_EQ(pieces, (std::vector<std::pair<std::size_t, std::size_t>>{{0, 1}}));
+  xtpu::kernels::set_num_threads(threads0);
 }

@@ -5,8 +5,9 @@
 //   detail::loop_range<N, P>(bound, out, begin, end) — elements [begin, end) of N, a packet at a
 //     time on path P inside each block of N's last Q axes (Q: loop_q, the largest block with
 //     no gather, or the largest at least a packet long), the rest one element at a time;
-//   detail::for_ranges(n, grain, f) — f(begin, end) over [0, n) split into pieces of at least
-//     `grain` for the thread pool (one piece, on the caller, below it);
+//   detail::for_ranges(n, grain, f) — f(begin, end) over [0, n) elements split into pieces of at
+//     least `grain` for the thread pool (one piece, on the caller, below it); for_units the
+//     same over rows or blocks (pieces not rounded to 64);
 //   detail::reduce_order — the canonical reduction of n values (docs/numerics.md):
 //       blocks of 16384 values, combined in order; inside a block, 16 lanes — lane l takes
 //       values l, l+16, l+32, ... in order, starting from the identity (-0 for a sum, -inf for
@@ -70,23 +71,31 @@ void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, 
 
 /// for_ranges' body, type-erased: one copy of the split however many loops call it, and one of
 /// each loop (called through fn on one thread or many).
-[[gnu::noinline]] inline void run_ranges(std::size_t n, std::size_t grain, void (*fn)(void*, std::size_t, std::size_t),
-                                         void* ctx) {
+[[gnu::noinline]] inline void run_ranges(std::size_t n, std::size_t grain, std::size_t align,
+                                         void (*fn)(void*, std::size_t, std::size_t), void* ctx) {
   const std::size_t most = static_cast<std::size_t>(kernels::num_threads());
   const std::size_t t = std::min(most, std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
   if (t <= 1) return fn(ctx, 0, n);
   kernels::detail::thread_pool::instance().run(static_cast<int>(t), [&](int k) {
-    const auto piece = [&](std::size_t j) { return j == t ? n : n * j / t / 64 * 64; };
+    const auto piece = [&](std::size_t j) { return j == t ? n : n * j / t / align * align; };
     fn(ctx, piece(static_cast<std::size_t>(k)), piece(static_cast<std::size_t>(k) + 1));
   });
 }
 
-/// f(begin, end) over [0, n) in pieces of at least `grain` (a multiple of 64 each but the
-/// last), on up to XTPU_NUM_THREADS threads. Which thread runs a piece changes no result.
+/// f(begin, end) over [0, n) elements in pieces of at least `grain` (a multiple of 64 each but
+/// the last), on up to XTPU_NUM_THREADS threads. Which thread runs a piece changes no result.
 template <class F>
 void for_ranges(std::size_t n, std::size_t grain, F&& f) {
   using fn_t = std::remove_reference_t<F>;
-  run_ranges(n, grain, [](void* ctx, std::size_t b0, std::size_t b1) { (*static_cast<fn_t*>(ctx))(b0, b1); },
+  run_ranges(n, grain, 64, [](void* ctx, std::size_t b0, std::size_t b1) { (*static_cast<fn_t*>(ctx))(b0, b1); },
+             const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+}
+/// for_ranges over n units that are not elements (rows, blocks, runs of outputs): pieces of at
+/// least `grain` units, split anywhere (2 threads share 100 rows 50/50).
+template <class F>
+void for_units(std::size_t n, std::size_t grain, F&& f) {
+  using fn_t = std::remove_reference_t<F>;
+  run_ranges(n, grain, 1, [](void* ctx, std::size_t b0, std::size_t b1) { (*static_cast<fn_t*>(ctx))(b0, b1); },
              const_cast<void*>(static_cast<const void*>(std::addressof(f))));
 }
 

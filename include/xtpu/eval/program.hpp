@@ -509,7 +509,7 @@ void run_rows(const bound& b, void* dst) {
   auto* out = static_cast<V*>(dst);
   bool keeps = false;
   if constexpr (found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b);
-  for_ranges(rows, std::max<std::size_t>(1, loop_grain / C), [&](std::size_t r0, std::size_t r1) {
+  for_units(rows, std::max<std::size_t>(1, loop_grain / C), [&](std::size_t r0, std::size_t r1) {
     kernels::simd::fp_env env;
     kernels::simd::dispatch([&](auto p) {
       constexpr path P = decltype(p)::value;

@@ -109,7 +109,7 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
         // blocks on threads, combined in order
         constexpr std::size_t blocks = (n + reduce_order::block - 1) / reduce_order::block;
         std::vector<float> part(blocks);
-        for_ranges(blocks, 4, [&](std::size_t b0, std::size_t b1) {
+        for_units(blocks, 4, [&](std::size_t b0, std::size_t b1) {
           for (std::size_t k = b0; k < b1; ++k) {
             const std::size_t first = k * reduce_order::block, m = std::min(reduce_order::block, n - first);
             part[k] = reduce_block<is_max, P>(
@@ -120,7 +120,7 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
         for (float x : part) total = float_combine<is_max>::step(total, x);
         out[0] = store_as<value_type>(finish(total));
       } else {
-        for_ranges(outer, std::max<std::size_t>(1, 32768 / n),
+        for_units(outer, std::max<std::size_t>(1, 32768 / n),
                    [&](std::size_t o0, std::size_t o1) { reduce_rows<S, P>(b, out, o0, o1); });
       }
     } else {
@@ -134,7 +134,7 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
       constexpr bool packets = P != path::scalar && packet_traits<C>::has && stride >= W;
       constexpr std::size_t cols = 64, runs = (stride + cols - 1) / cols;
       using Cmb = float_combine<is_max>;
-      for_ranges(outer * runs, std::max<std::size_t>(1, 32768 / (n * cols)), [&](std::size_t u0, std::size_t u1) {
+      for_units(outer * runs, std::max<std::size_t>(1, 32768 / (n * cols)), [&](std::size_t u0, std::size_t u1) {
         for (std::size_t u = u0; u < u1; ++u) {
           const std::size_t o = u / runs, s0 = u % runs * cols, s1 = std::min(stride, s0 + cols);
           std::size_t s = s0;

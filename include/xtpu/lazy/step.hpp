@@ -180,34 +180,10 @@ class step {
   /// of the result. Strong guarantee.
   template <class E>
   std::shared_ptr<storage> record(const E& e, vjp_fn vjp = nullptr) {
-    const std::size_t l0 = leaves_.size(), s0 = scalars_.size(), g0 = signature_.size();
-    const std::uint32_t x0 = n_external_;
-    auto out = std::make_shared<storage>(*chip_);
-    try {
-      recorder r{&leaves_, &scalars_, &origins_};
-      e.collect(r);
-      signature_.push_back(E::fingerprint);
-      for (std::size_t i = l0; i < leaves_.size(); ++i) signature_.push_back(wire(*leaves_[i]));
-      for (std::size_t i = s0; i < scalars_.size(); ++i) signature_.push_back(scalar_slot(i));
-      constexpr const auto& table = program<E>::kernels;
-      constexpr const auto& fused = program<E>::fused;
-      stmts_.push_back(statement{table.data(), static_cast<std::uint32_t>(table.size()),
-                                 program<E>::has_fused ? fused.data() : nullptr,
-                                 static_cast<std::uint32_t>(l0), static_cast<std::uint32_t>(leaves_.size() - l0),
-                                 static_cast<std::uint32_t>(s0), static_cast<std::uint32_t>(g0), out, vjp});
-    } catch (...) {
-      leaves_.resize(l0);
-      scalars_.resize(s0);
-      origins_.resize(s0);
-      signature_.resize(g0);
-      if (n_external_ != x0) std::erase_if(externals_, [&](const auto& kv) { return kv.second >= x0; });
-      std::erase_if(scalar_slots_, [&](const auto& kv) { return kv.second >= s0; });
-      n_external_ = x0;
-      throw;
-    }
-    out->producer = static_cast<std::uint32_t>(stmts_.size() - 1);
-    out->owner.store(this, std::memory_order_release);
-    return out;
+    constexpr const auto& table = program<E>::kernels;
+    constexpr const auto& fused = program<E>::fused;
+    return record_erased(&e, &collect_of<E>, E::fingerprint, table.data(), static_cast<std::uint32_t>(table.size()),
+                         program<E>::has_fused ? fused.data() : nullptr, vjp);
   }
 
   /// Statement i as recorded, and the leaves and scalars it captured (post-order, as
@@ -308,6 +284,44 @@ class step {
         if (leaf.owner.load(std::memory_order_relaxed) == this) read_by_live_[leaf.producer] = 1;
       }
     }
+  }
+
+  /// record's body, which does not depend on the expression's type: one copy per program, not
+  /// one per statement type. collect(e, r) hands e's leaves and scalars to r.
+  [[gnu::noinline]] std::shared_ptr<storage> record_erased(const void* e, void (*collect)(const void*, recorder&),
+                                                           std::uint64_t fingerprint, const kernel_desc* kernels,
+                                                           std::uint32_t n_kernels, const kernel_desc* fused,
+                                                           vjp_fn vjp) {
+    const std::size_t l0 = leaves_.size(), s0 = scalars_.size(), g0 = signature_.size();
+    const std::uint32_t x0 = n_external_;
+    std::shared_ptr<storage> out;
+    try {
+      out = std::make_shared<storage>(*chip_);
+      recorder r{&leaves_, &scalars_, &origins_};
+      collect(e, r);
+      signature_.push_back(fingerprint);
+      for (std::size_t i = l0; i < leaves_.size(); ++i) signature_.push_back(wire(*leaves_[i]));
+      for (std::size_t i = s0; i < scalars_.size(); ++i) signature_.push_back(scalar_slot(i));
+      stmts_.push_back(statement{kernels, n_kernels, fused, static_cast<std::uint32_t>(l0),
+                                 static_cast<std::uint32_t>(leaves_.size() - l0), static_cast<std::uint32_t>(s0),
+                                 static_cast<std::uint32_t>(g0), out, vjp});
+    } catch (...) {
+      leaves_.resize(l0);
+      scalars_.resize(s0);
+      origins_.resize(s0);
+      signature_.resize(g0);
+      if (n_external_ != x0) std::erase_if(externals_, [&](const auto& kv) { return kv.second >= x0; });
+      std::erase_if(scalar_slots_, [&](const auto& kv) { return kv.second >= s0; });
+      n_external_ = x0;
+      throw;
+    }
+    out->producer = static_cast<std::uint32_t>(stmts_.size() - 1);
+    out->owner.store(this, std::memory_order_release);
+    return out;
+  }
+  template <class E>
+  static void collect_of(const void* e, recorder& r) {
+    static_cast<const E*>(e)->collect(r);
   }
 
   /// The slot code of step scalar i: the first scalar of this step with the same origin (a
