@@ -56,13 +56,12 @@ int main() {
   std::printf("\n");
   xtpu::optim::adamw opt(m, {.lr = 3e-3f, .weight_decay = 0.01f});
 
-  constexpr int steps = 300, warmup = 20;
+  constexpr int steps = 300;
+  const xtpu::optim::warmup_cosine schedule{.base = 3e-3f, .warmup = 20, .total = steps};
   float first = 0;
   std::int64_t compiles_after_warmup = 0;
   for (int step = 0; step < steps; ++step) {
-    // warm-up, then cosine: a run-time scalar, so no recompile
-    const double t = step < warmup ? (step + 1.0) / warmup : 0.5 * (1 + std::cos(M_PI * (step - warmup) / (steps - warmup)));
-    opt.options().lr = static_cast<float>(3e-3 * t);
+    xtpu::optim::set_lr(opt, schedule, step);  // warm-up, then cosine: a run-time scalar, so no recompile
     xtpu::tensor<float> loss = xtpu::nn::cross_entropy(m(x), y);
     xtpu::backward(loss);
     xtpu::optimizer_step(opt);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 using namespace xtpu_test;
@@ -84,6 +85,30 @@ TEST(Grad, MatmulAndBatchedMatmulAtHighestPrecision) {
   EXPECT_TRUE(all_near(host(dw), c.dw, 1e-5, 1e-6));
   EXPECT_TRUE(all_near(host(da), c.da, 1e-5, 1e-6));
   EXPECT_TRUE(all_near(host(dw2), c.dw2, 1e-5, 1e-6));
+}
+
+// bf16 operands with an f32 result (mixed precision's matmul): the loss reads the unrounded
+// accumulator, each operand's gradient comes back in its own type, bf16.
+TEST(Grad, MatmulOfBf16OperandsWithAFloatResult) {
+  const matmul_case c;
+  auto x = device<xtpu::bf16, 4, 6>(c.xv);
+  auto w = device<xtpu::bf16, 6, 3>(c.wv);
+  auto r = device<float, 4, 3>(c.rv);
+  tensor<float> loss = xtpu::sum(xtpu::matmul<xtpu::precision::default_, float>(x, w) * r);
+  auto [dx, dw] = xtpu::grad(loss, x, w);
+  static_assert(std::is_same_v<decltype(dx), tensor<xtpu::bf16, 4, 6>> && std::is_same_v<decltype(dw), tensor<xtpu::bf16, 6, 3>>);
+  xtpu::mark_step();
+  // the reference reads the operands as the bf16 tensors hold them; each gradient is a bf16
+  // product (r and the operand rounded to bf16, an f32 sum, one rounding to bf16)
+  std::vector<double> want_dx(24), want_dw(18);
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t k = 0; k < 6; ++k)
+      for (std::size_t j = 0; j < 3; ++j) {
+        want_dx[i * 6 + k] += mxu(c.rv[i * 3 + j]) * mxu(c.wv[k * 3 + j]);
+        want_dw[k * 3 + j] += mxu(c.xv[i * 6 + k]) * mxu(c.rv[i * 3 + j]);
+      }
+  EXPECT_TRUE(all_near(host(dx), want_dx, 0x1.0p-8, 1e-6));
+  EXPECT_TRUE(all_near(host(dw), want_dw, 0x1.0p-8, 1e-6));
 }
 
 TEST(Grad, MatmulOfTransposedOperandsGivesTheOperandsOwnGradient) {

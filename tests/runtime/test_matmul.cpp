@@ -6,6 +6,8 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 using namespace xtpu_test;
 
@@ -109,4 +111,38 @@ TEST(Matmul, Bf16OperandsGiveBf16RoundedOnce) {
   const auto hc = c.to_host();
   const auto hf = f.to_host();
   for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(hc.data()[i].bits(), xtpu::bf16(hf.data()[i]).bits());
+}
+
+// The result type as a choice (JAX's preferred_element_type): bf16 operands with a float
+// result are the f32 accumulator itself, unrounded — the bits of the same product of f32
+// operands that hold the same bf16 values; a bf16 result of f32 operands is that accumulator
+// rounded once. Both fuse an epilogue in their own type, and the type is part of the key.
+TEST(Matmul, TheResultTypeIsAChoice) {
+  const auto av = values(64 * 48, 21), bv = values(48 * 40, 22), biasv = values(40, 23);
+  auto a = device<xtpu::bf16, 64, 48>(av);
+  auto b = device<xtpu::bf16, 48, 40>(bv);
+  auto bias = device<xtpu::bf16, 40>(biasv);
+  const xtpu::tensor<float, 64, 48> af = xtpu::cast<float>(a);
+  const xtpu::tensor<float, 48, 40> bf = xtpu::cast<float>(b);
+  const xtpu::tensor<float, 64, 40> wide = xtpu::matmul<xtpu::precision::default_, float>(a, b);
+  const xtpu::tensor<float, 64, 40> ref = xtpu::matmul(af, bf);
+  const xtpu::tensor<xtpu::bf16, 64, 40> narrow = xtpu::matmul<xtpu::precision::default_, xtpu::bf16>(af, bf);
+  const xtpu::tensor<xtpu::bf16, 64, 40> plain = xtpu::matmul(a, b);
+  const xtpu::tensor<float, 64, 40> fused = xtpu::relu(xtpu::matmul<xtpu::precision::default_, float>(a, b) + bias);
+  static_assert(std::is_same_v<decltype(xtpu::matmul<xtpu::precision::high, float>(a, b))::value_type, float>);
+  static_assert(decltype(xtpu::matmul<xtpu::precision::default_, float>(a, b))::fingerprint !=
+                decltype(xtpu::matmul(a, b))::fingerprint);
+  const auto hw = wide.to_host(), hr = ref.to_host(), hf = fused.to_host();
+  const auto hn = narrow.to_host(), hp = plain.to_host();
+  const auto hb = bias.to_host();
+  std::size_t exact_in_bf16 = 0;
+  for (std::size_t i = 0; i < hw.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(hw.data()[i]), std::bit_cast<std::uint32_t>(hr.data()[i])) << i;
+    ASSERT_EQ(hn.data()[i].bits(), xtpu::bf16(hr.data()[i]).bits()) << i;
+    ASSERT_EQ(hp.data()[i].bits(), hn.data()[i].bits()) << i;
+    const float s = hw.data()[i] + static_cast<float>(hb.data()[i % 40]), e = s <= 0 ? 0.0f : s;  // relu's rule
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(hf.data()[i]), std::bit_cast<std::uint32_t>(e)) << i;
+    exact_in_bf16 += static_cast<float>(xtpu::bf16(hw.data()[i])) == hw.data()[i];
+  }
+  EXPECT_LT(exact_in_bf16, hw.size() / 4);  // the float result really keeps the bits bf16 would drop
 }

@@ -5,6 +5,7 @@
 // Codes (docs/errors.md):
 //   E201 not an element type   E202 where mask   E203 cast target   E204 arithmetic on bool
 //   E205 assign dtype          E206 operand      E207 index dtype   E304 matmul dtype
+//   E305 matmul result type
 //   E401 item() size
 #pragma once
 
@@ -71,6 +72,13 @@ template <class LhsType, class RhsType>
 constexpr void matmul_dtype() {
   static_assert(is_floating_v<LhsType> && is_floating_v<RhsType>,
                 "xtpu E304 matmul: operands must be float or xtpu::bf16 (the MXU multiplies bf16)");
+}
+
+template <class Out>
+constexpr void matmul_result() {
+  static_assert(std::is_void_v<Out> || std::is_same_v<Out, float> || std::is_same_v<Out, bf16>,
+                "xtpu E305 matmul: the result type must be float or xtpu::bf16 (or void: bf16 for two bf16 "
+                "operands, else float)");
 }
 
 template <class Shape>

@@ -2,8 +2,8 @@
 //
 // Provides: element_type concept (float, bf16, std::int32_t, bool), dtype_v<T> (the stable
 // code that fingerprints use), dtype_name_v<T> (XLA's names: f32, bf16, s32, pred),
-// compute_t<T> (what elementwise math runs in), promote_t<A, B> (binary promotion) and the
-// weak-scalar rule for C++ scalars.
+// compute_t<T> (what elementwise math runs in), promote_t<A, B> (binary promotion), the
+// weak-scalar rule for C++ scalars and detail::matmul_value_t (a product's result type).
 //
 // Promotion rule (docs/dtypes.md), in exactly one place, detail::promote:
 //   same type -> itself; bool < int32 < bf16 < float (the larger one wins).
@@ -101,6 +101,15 @@ struct promote_all<A, B, Rest...> {
 /// Binary promotion of two tensor element types.
 template <element_type A, element_type B>
 using promote_t = typename detail::promote<A, false, B, false>::type;
+
+namespace detail {
+/// The one rule for a matmul's result type. Out void (the default): bf16 when both operands
+/// are bf16, else f32. Out float or bf16: that type (JAX's preferred_element_type) — float
+/// keeps the MXU's f32 accumulator as it is, bf16 rounds it once.
+template <class Out, class Lhs, class Rhs>
+using matmul_value_t = std::conditional_t<
+    std::is_void_v<Out>, std::conditional_t<std::is_same_v<Lhs, bf16> && std::is_same_v<Rhs, bf16>, bf16, float>, Out>;
+}  // namespace detail
 
 /// The element type a C++ scalar stands for (weakly): floating -> float, integral -> int32.
 template <class S>

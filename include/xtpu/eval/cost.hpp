@@ -43,12 +43,12 @@ template <class Node>
 struct matmul_info {
   static constexpr bool is = false;
 };
-template <precision P, class L, class R>
-struct matmul_info<matmul_node<P, L, R>> {
+template <precision P, class L, class R, class Out>
+struct matmul_info<matmul_node<P, L, R, Out>> {
   static constexpr bool is = true;
   using LS = typename L::shape_type;
   using RS = typename R::shape_type;
-  using OS = typename matmul_node<P, L, R>::shape_type;
+  using OS = typename matmul_node<P, L, R, Out>::shape_type;
   static constexpr std::uint64_t M = LS::dims[LS::rank - 2], K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
   static constexpr std::uint64_t batch = OS::size / (M * N);
   static constexpr std::uint64_t passes = passes_of(P);

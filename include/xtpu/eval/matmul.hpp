@@ -1,7 +1,7 @@
 // xtpu/eval/matmul.hpp — the evaluator of matmul_node: operands to the systolic emulator,
 // the precision levels, the output rounding.
 //
-// Provides: detail::evaluator<matmul_node<Prec, L, R>>::compute<S>. Per batch, an operand that
+// Provides: detail::evaluator<matmul_node<Prec, L, R, Out>>::compute<S>. Per batch, an operand that
 // is a tensor (or a tensor transposed) is read in place through strides (a right operand
 // with its buffer's version, so that the MXU may reuse its packing); any other
 // expression is evaluated once into an f32 buffer first. DEFAULT runs one mxu::pass (with the
@@ -84,18 +84,18 @@ struct operand_source {
 
 namespace xtpu::detail {
 
-template <precision Prec, class L, class R>
-struct evaluator<matmul_node<Prec, L, R>> : materialized_evaluator<matmul_node<Prec, L, R>> {
-  using node = matmul_node<Prec, L, R>;
+template <precision Prec, class L, class R, class Out>
+struct evaluator<matmul_node<Prec, L, R, Out>> : materialized_evaluator<matmul_node<Prec, L, R, Out>> {
+  using node = matmul_node<Prec, L, R, Out>;
   using value_type = typename node::value_type;
 
   template <slots S>
   static void compute(const bound& b, value_type* out, epilogue_fn ep = nullptr, const void* ctx = nullptr);
 };
 
-template <precision Prec, class L, class R>
+template <precision Prec, class L, class R, class Out>
 template <slots S>
-void evaluator<matmul_node<Prec, L, R>>::compute(const bound& b, value_type* out, epilogue_fn ep, const void* ctx) {
+void evaluator<matmul_node<Prec, L, R, Out>>::compute(const bound& b, value_type* out, epilogue_fn ep, const void* ctx) {
   using LS = typename L::shape_type;
   using RS = typename R::shape_type;
   using OS = typename node::shape_type;

@@ -311,11 +311,9 @@ inline constexpr bool is_transpose_v<permute_node<C, P...>> = [] {
 // ---- materialized: computed into a buffer of their own -----------------------------------
 
 /// Matrix product on the MXU model (DESIGN.md §4).
-template <precision Prec, class L, class R>
-struct matmul_node : detail::node_base<matmul_node<Prec, L, R>> {
-  using value_type = std::conditional_t<std::is_same_v<typename L::value_type, bf16> &&
-                                            std::is_same_v<typename R::value_type, bf16>,
-                                        bf16, float>;
+template <precision Prec, class L, class R, class Out = void>
+struct matmul_node : detail::node_base<matmul_node<Prec, L, R, Out>> {
+  using value_type = detail::matmul_value_t<Out, typename L::value_type, typename R::value_type>;
   using shape_type = detail::matmul_t<typename L::shape_type, typename R::shape_type>;
   static constexpr bool weak = false, materialized = true;
   using counts = detail::counts_of<L, R>;

@@ -8,7 +8,7 @@
 // Shape rule: elementwise operands broadcast (NumPy); see shape/extents.hpp for the others.
 // Dtype rule: dtype/dtype.hpp (promotion, weak scalars); int32 / int32 gives float (true
 // division); exp log sqrt rsqrt tanh sigmoid of int32/bool give float; comparisons give bool.
-// Errors: E101 E103 E104 E107 E108 E112 (shape), E202 E203 E204 E206 (dtype), E301-E304 (matmul).
+// Errors: E101 E103 E104 E107 E108 E112 (shape), E202 E203 E204 E206 (dtype), E301-E305 (matmul).
 #pragma once
 
 #include <cstdint>
@@ -281,8 +281,10 @@ constexpr auto transpose(E&& e) {
 /// Matrix product (..., M, K) x (..., K, N) -> (..., M, N); batch dims broadcast.
 /// On the MXU model (DESIGN.md §4): operands rounded to bf16, f32 accumulation; Prec picks
 /// XLA's precision level (default_: 1 bf16 pass, high: 3, highest: 6) and is part of the
-/// fingerprint. The result is bf16 when both operands are bf16, else f32.
-template <precision Prec = precision::default_, class L, class R>
+/// fingerprint. The result is bf16 when both operands are bf16, else f32; Out = float or bf16
+/// asks for that type (matmul<precision::default_, float>(a, b) of bf16 a, b: the f32
+/// accumulator, not rounded — JAX's preferred_element_type).
+template <precision Prec = precision::default_, class Out = void, class L, class R>
   requires(detail::operand<L> || detail::operand<R>)
 constexpr auto matmul(L&& l, R&& r) {
   using LN = detail::node_t<L>;
@@ -291,7 +293,8 @@ constexpr auto matmul(L&& l, R&& r) {
   detail::check_operand<R>();
   check::matmul<typename LN::shape_type, typename RN::shape_type>();
   check::matmul_dtype<typename LN::value_type, typename RN::value_type>();
-  return matmul_node<Prec, LN, RN>{
+  check::matmul_result<Out>();
+  return matmul_node<Prec, LN, RN, Out>{
       {}, {detail::as_node(std::forward<L>(l)), detail::as_node(std::forward<R>(r))}};
 }
 

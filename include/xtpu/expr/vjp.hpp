@@ -420,12 +420,12 @@ constexpr auto transposed(const E& e) {
 /// over all rows). An operand that is a transpose, t(W) (nn::linear's
 /// weight), gets W's gradient as one product — dW = g^T lhs, or rhs g^T — instead of a product
 /// then a transposing copy; the other operand's product reads W itself (transposed).
-template <precision Prec, class L, class R>
-struct vjp_rule<matmul_node<Prec, L, R>> {
+template <precision Prec, class L, class R, class Out>
+struct vjp_rule<matmul_node<Prec, L, R, Out>> {
   template <std::size_t Offset, class G, class Sink>
-  static void apply(const matmul_node<Prec, L, R>& n, const G& g, Sink& sink) {
+  static void apply(const matmul_node<Prec, L, R, Out>& n, const G& g, Sink& sink) {
     const auto& [l, r] = n.args;
-    using N = matmul_node<Prec, L, R>;  // a transpose's operand starts where the transpose does
+    using N = matmul_node<Prec, L, R, Out>;  // a transpose's operand starts where the transpose does
     if constexpr (is_transpose_v<L>) vjp<child_offset_v<Offset, 0, N>>(std::get<0>(l.args), matmul<Prec>(r, transposed(g)), sink);
     else push<Offset, 0>(n, matmul<Prec>(g, transposed(r)), sink);
     // dR from the left operand and g: lhs^T g, or for R = t(W), W's own g^T lhs

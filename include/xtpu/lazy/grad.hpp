@@ -131,9 +131,9 @@ struct owned<permute_node<C, P...>> {
   using type = permute_node<owned_t<C>, P...>;
   static type make(capture_cursor& c) { return type{{}, {owned<C>::make(c)}}; }
 };
-template <precision Prec, class L, class R>
-struct owned<matmul_node<Prec, L, R>> {
-  using type = matmul_node<Prec, owned_t<L>, owned_t<R>>;
+template <precision Prec, class L, class R, class Out>
+struct owned<matmul_node<Prec, L, R, Out>> {
+  using type = matmul_node<Prec, owned_t<L>, owned_t<R>, Out>;
   static type make(capture_cursor& c) { return type{{}, {owned<L>::make(c), owned<R>::make(c)}}; }
 };
 template <class Op, int Axis, class C>

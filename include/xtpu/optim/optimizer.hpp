@@ -10,7 +10,10 @@
 // over the steps that updated it, as torch's state['step']). The optimizer holds the model by
 // address: the model must stay where it is while the optimizer lives. xtpu::optimizer_step(opt) = opt.step() then mark_step() (torch_xla's
 // xm.optimizer_step): forward, backward and update run as one compiled step.
-// Optimizer state (momentum buffers, Adam's moments) is in f32 for bf16 parameters too.
+// Optimizer state (momentum buffers, Adam's moments) is in f32 for bf16 parameters too, and
+// bf16 parameters get f32 master weights (options' master_weights, on by default): the update
+// runs on the optimizer's f32 copy and the parameter gets it rounded once, so updates smaller
+// than a bf16 step add up. for_each_state(f) names and exposes every state tensor (checkpoints).
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
 // module); xtpu::error from sgd's step for Nesterov without momentum or with dampening.
@@ -18,8 +21,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xtpu/lazy/grad.hpp"
@@ -33,6 +38,7 @@ struct sgd_options {
   float dampening = 0.0f;
   float weight_decay = 0.0f;
   bool nesterov = false;
+  bool master_weights = true;  // bf16 parameters: update an f32 copy, round it once into the parameter
 };
 
 /// Adam's and AdamW's options: the same fields; AdamW's (Decoupled) weight decay defaults to 0.01.
@@ -43,6 +49,7 @@ struct adam_family_options {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = Decoupled ? 0.01f : 0.0f;
+  bool master_weights = true;  // bf16 parameters: update an f32 copy, round it once into the parameter
 };
 using adam_options = adam_family_options<false>;
 using adamw_options = adam_family_options<true>;
@@ -62,6 +69,17 @@ struct state_slots {
   template <class S>
   void set(std::size_t i, const S& t) {
     slots[i] = t.storage_ptr();
+  }
+  /// f(name, t) with slot i as t (zeros if it has none yet); a t that f assigns becomes the
+  /// slot (loading a checkpoint): an optimizer that had no state goes on from the loaded one.
+  template <class P, class F>
+  bool visit(std::size_t i, const std::string& name, F& f) {
+    auto t = get<P>(i);
+    const auto before = t.storage_ptr();
+    f(name, t);
+    if (t.storage_ptr() == before) return false;
+    slots[i] = t.storage_ptr();
+    return true;
   }
   std::vector<std::shared_ptr<xtpu::detail::storage>> slots;
   std::vector<std::int64_t> steps;  // per parameter: the updates it took (Adam's t, as torch's state['step'])
@@ -86,14 +104,54 @@ auto as_parameter_type(E&& e) {
   return cast<typename P::value_type>(std::forward<E>(e));
 }
 
+/// Mixed precision's master weights: one f32 copy per bf16 parameter, which the updates read
+/// and write; the parameter gets each new value rounded once. Without them (or for an f32
+/// parameter) the weight is the parameter itself, widened.
+struct master_weights {
+  explicit master_weights(std::size_t n) : copies(n), written(n) {}
+  template <class P>
+  static constexpr bool applies = !std::is_same_v<typename P::value_type, float>;
+
+  /// The f32 weight parameter i's update starts from: its master copy, or the parameter
+  /// widened — on the first update, without masters, and when the parameter holds a value the
+  /// optimizer did not write (assigned since, e.g. loaded from a checkpoint: it wins).
+  template <class P>
+  auto weight(const P& p, std::size_t i, bool on) const {
+    if constexpr (applies<P>) {
+      using S = xtpu::detail::tensor_for_t<float, typename P::shape_type>;
+      return on && copies.has(i) && written[i].lock() == p.storage_ptr() ? copies.template get<P>(i)
+                                                                          : S(cast<float>(p));
+    } else {
+      return cast<float>(p);
+    }
+  }
+  /// p = the new f32 weight e: kept as the master copy and rounded into p, or rounded into p.
+  template <class P, class E>
+  void write(P& p, std::size_t i, bool on, E&& e) {
+    if constexpr (applies<P>) {
+      if (on) {
+        const xtpu::detail::tensor_for_t<float, typename P::shape_type> w = std::forward<E>(e);
+        copies.set(i, w);
+        p = as_parameter_type<P>(w);
+        written[i] = p.storage_ptr();
+        return;
+      }
+    }
+    p = as_parameter_type<P>(std::forward<E>(e));
+  }
+  state_slots copies;
+  std::vector<std::weak_ptr<xtpu::detail::storage>> written;  // the value each parameter got last
+};
+
 /// Adam's moments and update for one parameter (PyTorch's single-tensor formulas);
 /// decoupled: AdamW's decay of the weight itself, else an L2 term added to the gradient.
-template <class P>
-void adam_update(P& p, std::size_t i, state_slots& m, state_slots& v, float lr, float beta1, float beta2, float eps,
-                 float weight_decay, bool decoupled) {
+template <class P, class Options>
+void adam_update(P& p, std::size_t i, state_slots& m, state_slots& v, master_weights& master, const Options& o,
+                 bool decoupled) {
+  const float lr = o.lr, beta1 = o.beta1, beta2 = o.beta2, eps = o.eps, weight_decay = o.weight_decay;
   const std::int64_t t = ++m.steps[i];
   using P_t = std::remove_cvref_t<P>;
-  const auto w = cast<float>(p);
+  const auto w = master.weight(p, i, o.master_weights);
   const auto g = cast<float>(p.grad()) + (decoupled ? 0.0f : weight_decay) * w;      // (shape) f32
   using S = xtpu::detail::tensor_for_t<float, typename P_t::shape_type>;
   const S m0 = m.template get<P_t>(i), v0 = v.template get<P_t>(i);
@@ -104,9 +162,24 @@ void adam_update(P& p, std::size_t i, state_slots& m, state_slots& v, float lr, 
   const float step_size = static_cast<float>(lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float decay = decoupled ? 1.0f - lr * weight_decay : 1.0f;
-  p = as_parameter_type<P_t>(w * decay - step_size * m_new / (sqrt(v_new) / bc2_sqrt + eps));
+  master.write(p, i, o.master_weights, w * decay - step_size * m_new / (sqrt(v_new) / bc2_sqrt + eps));
   m.set(i, m_new);
   v.set(i, v_new);
+}
+
+/// for_each_state's walk: per parameter (declaration order), each named slot, then the master
+/// copy of a bf16 parameter.
+template <class Model, class F>
+void visit_states(Model& model, F& f, std::initializer_list<std::pair<const char*, state_slots*>> kinds,
+                  master_weights& master) {
+  std::size_t i = 0;
+  nn::for_each_parameter(model, [&](const std::string& name, auto& p) {
+    using P = std::remove_cvref_t<decltype(p)>;
+    for (const auto& [key, slots] : kinds) slots->template visit<P>(i, name + "." + key, f);
+    if constexpr (master_weights::applies<P>)
+      if (master.copies.template visit<P>(i, name + ".master", f)) master.written[i] = p.storage_ptr();  // a pair
+    ++i;
+  });
 }
 }  // namespace detail
 
@@ -116,7 +189,8 @@ void adam_update(P& p, std::size_t i, state_slots& m, state_slots& v, float lr, 
 template <class Model>
 class sgd {
  public:
-  sgd(Model& model, sgd_options o = {}) : model_(&model), o_(o), momentum_(nn::parameter_tensors_v<Model>) {}
+  sgd(Model& model, sgd_options o = {})
+      : model_(&model), o_(o), momentum_(nn::parameter_tensors_v<Model>), master_(nn::parameter_tensors_v<Model>) {}
   sgd_options& options() noexcept { return o_; }
   const sgd_options& options() const noexcept { return o_; }
 
@@ -126,25 +200,34 @@ class sgd {
                   std::to_string(o_.momentum) + ", dampening " + std::to_string(o_.dampening) + ")");
     detail::update_each(*model_, [&](std::size_t i, auto& p) {
       using P_t = std::remove_cvref_t<decltype(p)>;
-      const auto w = cast<float>(p);
+      const auto w = master_.weight(p, i, o_.master_weights);
       const auto d = cast<float>(p.grad()) + o_.weight_decay * w;
       if (o_.momentum == 0.0f) {
-        p = detail::as_parameter_type<P_t>(w - o_.lr * d);
+        master_.write(p, i, o_.master_weights, w - o_.lr * d);
         return;
       }
       using S = xtpu::detail::tensor_for_t<float, typename P_t::shape_type>;
       const S b = momentum_.has(i) ? S(momentum_.get<P_t>(i) * o_.momentum + (1.0f - o_.dampening) * d) : S(d);
-      if (o_.nesterov) p = detail::as_parameter_type<P_t>(w - o_.lr * (d + o_.momentum * b));
-      else p = detail::as_parameter_type<P_t>(w - o_.lr * b);
+      if (o_.nesterov) master_.write(p, i, o_.master_weights, w - o_.lr * (d + o_.momentum * b));
+      else master_.write(p, i, o_.master_weights, w - o_.lr * b);
       momentum_.set(i, b);
     });
   }
   void zero_grad() { nn::zero_grad(*model_); }
 
+  /// f(name, tensor<float, shape>&) for each state tensor, named as the parameter plus torch's
+  /// key ("fc1.weight.momentum_buffer"; "fc1.weight.master" for a bf16 parameter's f32 copy),
+  /// zeros where there is none yet; what f assigns becomes the state (checkpoints).
+  template <class F>
+  void for_each_state(F&& f) {
+    detail::visit_states(*model_, f, {{"momentum_buffer", &momentum_}}, master_);
+  }
+
  private:
   Model* model_;
   sgd_options o_;
   detail::state_slots momentum_;
+  detail::master_weights master_;
 };
 
 namespace detail {
@@ -153,23 +236,36 @@ template <class Model, class Options, bool Decoupled>
 class adam_family {
  public:
   adam_family(Model& model, Options o)
-      : model_(&model), o_(o), m_(nn::parameter_tensors_v<Model>), v_(nn::parameter_tensors_v<Model>) {}
+      : model_(&model),
+        o_(o),
+        m_(nn::parameter_tensors_v<Model>),
+        v_(nn::parameter_tensors_v<Model>),
+        master_(nn::parameter_tensors_v<Model>) {}
   Options& options() noexcept { return o_; }
   const Options& options() const noexcept { return o_; }
   std::int64_t steps() const noexcept { return t_; }
 
   void step() {
     ++t_;
-    update_each(*model_, [&](std::size_t i, auto& p) {
-      adam_update(p, i, m_, v_, o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, Decoupled);
-    });
+    update_each(*model_, [&](std::size_t i, auto& p) { adam_update(p, i, m_, v_, master_, o_, Decoupled); });
   }
   void zero_grad() { nn::zero_grad(*model_); }
+
+  /// f(name, tensor<float, shape>&) for each state tensor: "fc1.weight.exp_avg", ".exp_avg_sq"
+  /// (torch's keys), ".master" for a bf16 parameter's f32 copy; zeros where there is none yet;
+  /// what f assigns becomes the state (checkpoints). step_of(i): parameter i's updates (torch's
+  /// state['step']), settable for the same reason.
+  template <class F>
+  void for_each_state(F&& f) {
+    visit_states(*model_, f, {{"exp_avg", &m_}, {"exp_avg_sq", &v_}}, master_);
+  }
+  std::int64_t& step_of(std::size_t i) { return m_.steps.at(i); }
 
  private:
   Model* model_;
   Options o_;
   state_slots m_, v_;
+  master_weights master_;
   std::int64_t t_ = 0;
 };
 }  // namespace detail
