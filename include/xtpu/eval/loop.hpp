@@ -82,21 +82,23 @@ void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, 
   });
 }
 
+/// run_ranges with f called through one thunk per loop body.
+template <class F>
+void run_ranges_of(std::size_t n, std::size_t grain, std::size_t align, F& f) {
+  run_ranges(n, grain, align, [](void* ctx, std::size_t b0, std::size_t b1) { (*static_cast<F*>(ctx))(b0, b1); },
+             const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+}
 /// f(begin, end) over [0, n) elements in pieces of at least `grain` (a multiple of 64 each but
 /// the last), on up to XTPU_NUM_THREADS threads. Which thread runs a piece changes no result.
 template <class F>
 void for_ranges(std::size_t n, std::size_t grain, F&& f) {
-  using fn_t = std::remove_reference_t<F>;
-  run_ranges(n, grain, 64, [](void* ctx, std::size_t b0, std::size_t b1) { (*static_cast<fn_t*>(ctx))(b0, b1); },
-             const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+  run_ranges_of(n, grain, 64, f);
 }
 /// for_ranges over n units that are not elements (rows, blocks, runs of outputs): pieces of at
 /// least `grain` units, split anywhere (2 threads share 100 rows 50/50).
 template <class F>
 void for_units(std::size_t n, std::size_t grain, F&& f) {
-  using fn_t = std::remove_reference_t<F>;
-  run_ranges(n, grain, 1, [](void* ctx, std::size_t b0, std::size_t b1) { (*static_cast<fn_t*>(ctx))(b0, b1); },
-             const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+  run_ranges_of(n, grain, 1, f);
 }
 
 // ---- the canonical reduction order --------------------------------------------------------

@@ -139,6 +139,12 @@ struct master_weights {
     }
     p = as_parameter_type<P>(std::forward<E>(e));
   }
+  /// for_each_state's visit of parameter i's copy ("<name>.master"): a copy that f assigns
+  /// (a checkpoint) pairs with the parameter's current value.
+  template <class P, class F>
+  void visit(const P& p, std::size_t i, const std::string& name, F& f) {
+    if (copies.template visit<P>(i, name + ".master", f)) written[i] = p.storage_ptr();
+  }
   state_slots copies;
   std::vector<std::weak_ptr<xtpu::detail::storage>> written;  // the value each parameter got last
 };
@@ -176,8 +182,7 @@ void visit_states(Model& model, F& f, std::initializer_list<std::pair<const char
   nn::for_each_parameter(model, [&](const std::string& name, auto& p) {
     using P = std::remove_cvref_t<decltype(p)>;
     for (const auto& [key, slots] : kinds) slots->template visit<P>(i, name + "." + key, f);
-    if constexpr (master_weights::applies<P>)
-      if (master.copies.template visit<P>(i, name + ".master", f)) master.written[i] = p.storage_ptr();  // a pair
+    if constexpr (master_weights::applies<P>) master.visit(p, i, name, f);
     ++i;
   });
 }

@@ -9,7 +9,8 @@
 //   optim::step_decay{base, every, gamma}(step): base·gamma^⌊step/every⌋ (torch's StepLR).
 //   optim::set_lr(opt, schedule, step): opt.options().lr = schedule(step); returns the rate.
 // Rule: the rate is computed in double and rounded once to float. Errors: xtpu::error when
-// asked for a negative step, or for warmup > total or every == 0 (at the call, with the values).
+// asked for a negative step, or for warmup outside [0, total] or every <= 0 (at the call, with
+// the values).
 #pragma once
 
 #include <cmath>
