@@ -138,4 +138,9 @@ int main(int argc, char** argv) {
   sweep("gelu_tanh", [](auto x) { return math::gelu_tanh(x); }, gelu_tanh64, stride);
   sweep("gelu_grad", [](auto x) { return math::gelu_grad(x); }, gelu_grad64, stride, absolute);
   sweep("gelu_tanh_grad", [](auto x) { return math::gelu_tanh_grad(x); }, gelu_tanh_grad64, stride, absolute);
+  sweep("pow(x, 0.5)", [](auto x) { return math::pow(x, decltype(x)(0.5f)); }, [](double x) { return std::pow(x, 0.5); }, stride);
+  sweep("pow(x, 1/3)", [](auto x) { return math::pow(x, decltype(x)(1.0f / 3)); }, [](double x) { return std::pow(x, double{1.0f / 3}); }, stride);
+  sweep("pow(x, -2.5)", [](auto x) { return math::pow(x, decltype(x)(-2.5f)); }, [](double x) { return std::pow(x, -2.5); }, stride);
+  sweep("pow(x, 3)", [](auto x) { return math::pow(x, decltype(x)(3.0f)); }, [](double x) { return std::pow(x, 3.0); }, stride);
+  sweep("pow(x, 40)", [](auto x) { return math::pow(x, decltype(x)(40.0f)); }, [](double x) { return std::pow(x, 40.0); }, stride);
 }

@@ -70,6 +70,22 @@ TEST(Elementwise, UnaryMathMatchesFloat64) {
   }
 }
 
+TEST(Elementwise, PowBroadcastsAndMatchesFloat64) {
+  auto xv = values(12, 7, 2.0f), yv = values(4, 8, 3.0f);
+  for (auto& v : xv) v = std::abs(v) + 0.25f;  // bases in [0.25, 2.25)
+  auto x = device<float, 3, 4>(xv);
+  auto y = device<float, 4>(yv);
+  xtpu::tensor<float, 3, 4> r = xtpu::pow(x, y), sq = xtpu::pow(x, 2.0f);
+  xtpu::tensor<float, 4> neg = xtpu::pow(-2.0f, xtpu::iota<float, 4>(-1.0f));  // (-2)^-1, ^0, ^1, ^2
+  const auto got = host(r), got_sq = host(sq);
+  for (std::size_t f = 0; f < 12; ++f) {
+    const double want = std::pow(double(xv[f]), double(yv[f % 4]));
+    EXPECT_NEAR(got[f], want, 2.5e-7 * want) << f;
+    EXPECT_EQ(static_cast<float>(got_sq[f]), xv[f] * xv[f]) << f;  // exactly x * x
+  }
+  EXPECT_EQ(host(neg), (std::vector<double>{-0.5, 1, -2, 4}));
+}
+
 TEST(Elementwise, MaximumMinimumPropagateNan) {
   xt::xtensor_fixed<float, xt::xshape<4>> h{1.0f, std::nanf(""), -2.0f, 5.0f};
   auto x = xtpu::from_host(h);
@@ -126,6 +142,8 @@ TEST(Elementwise, DtypePromotionRules) {
   static_assert(std::is_same_v<decltype(b + 1)::value_type, std::int32_t>);
   static_assert(std::is_same_v<decltype(i / i)::value_type, float>);        // true division
   static_assert(std::is_same_v<decltype(xtpu::exp(i))::value_type, float>);
+  static_assert(std::is_same_v<decltype(xtpu::pow(i, i))::value_type, float>);
+  static_assert(std::is_same_v<decltype(xtpu::pow(h, 2.0f))::value_type, bf16>);
   static_assert(std::is_same_v<decltype(xtpu::relu(h))::value_type, bf16>);
   static_assert(std::is_same_v<decltype(f < h)::value_type, bool>);
   SUCCEED();

@@ -59,6 +59,38 @@ TEST(Grad, UnaryOpsOnTheirDomainMatchFiniteDifferences) {
   EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
 }
 
+TEST(Grad, PowInBaseAndExponentMatchesFiniteDifferences) {
+  auto xv = values(12, 5, 0.75f), yv = values(4, 6, 1.5f);
+  for (auto& v : xv) v += 1.25f;  // bases in [0.5, 2)
+  auto x = device<float, 3, 4>(xv);
+  auto y = device<float, 4>(yv);  // exponents in [-1.5, 1.5), broadcast over the rows
+  tensor<float> loss = xtpu::sum(xtpu::pow(x, y) + xtpu::pow(x, 3.0f) * 0.25f - xtpu::pow(2.0f, y));
+  auto [dx, dy] = xtpu::grad(loss, x, y);
+  xtpu::mark_step();
+  auto f = [](const std::vector<double>& X, const std::vector<double>& Y) {
+    double s = 0;
+    for (std::size_t i = 0; i < X.size(); ++i) s += std::pow(X[i], Y[i % 4]) + std::pow(X[i], 3.0) * 0.25;
+    for (double v : Y) s -= 3 * std::pow(2.0, v);
+    return s;
+  };
+  const auto X = widen(xv), Y = widen(yv);
+  EXPECT_TRUE(all_near(host(dx), numeric_grad_at<0>(f, X, Y), 1e-4, 1e-5));
+  EXPECT_TRUE(all_near(host(dy), numeric_grad_at<1>(f, X, Y), 1e-4, 1e-5));
+}
+
+TEST(Grad, PowFollowsTorchAtZero) {
+  // torch: d/dx x^y = y x^(y-1), 0 where y = 0; d/dy x^y = x^y log x, 0 where x = 0 and y >= 0
+  auto x = device<float, 4>({0.0f, 0.0f, 0.0f, 2.0f});
+  auto y = device<float, 4>({0.0f, 2.0f, 0.5f, 0.0f});
+  tensor<float> loss = xtpu::sum(xtpu::pow(x, y));
+  auto [dx, dy] = xtpu::grad(loss, x, y);
+  xtpu::mark_step();
+  EXPECT_EQ(host(dx), (std::vector<double>{0, 0, std::numeric_limits<double>::infinity(), 0}));
+  const auto gy = host(dy);
+  EXPECT_EQ((std::vector<double>(gy.begin(), gy.begin() + 3)), (std::vector<double>{0, 0, 0}));
+  EXPECT_NEAR(gy[3], std::log(2.0), 1e-7);
+}
+
 TEST(Grad, MaximumMinimumAndReluSendTheGradientWhereTheValueCameFrom) {
   // maximum returns a when a >= b (a tie keeps the first operand), minimum when a <= b; relu'(0) = 0
   auto a = device<float, 4>({1, 2, 2, -1}), b = device<float, 4>({2, 2, 1, -1});

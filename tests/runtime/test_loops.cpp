@@ -105,6 +105,40 @@ TEST(Math, WithinTheDocumentedUlpsOfFloat64) {
   }
 }
 
+/// pow at fixed exponents over every float x (both signs), and at bases near 1 to large
+/// exponents (|y log x| up to the overflow edge, where the error is largest).
+TEST(Math, PowWithinItsUlpsOfFloat64) {
+  for (float y : {0.5f, 1.5f, 3.0f, -0.5f, -2.5f, 1.0f / 3, 7.25f, 40.0f}) {
+    double worst = 0;
+    float at = 0;
+    sweep(65537, [&](float x) {
+      const double e = ulps(math::pow(x, y), std::pow(static_cast<double>(x), static_cast<double>(y)));
+      if (e > worst) worst = e, at = x;
+    });
+    EXPECT_LE(worst, 1.5) << "pow(x, " << y << ") at x = " << at;
+  }
+  double worst = 0;
+  for (float x = 0.5f; x < 2.0f; x += 0.0009765625f)
+    for (float y = -210.0f; y < 210.0f; y += 0.73f) {
+      const double want = std::pow(static_cast<double>(x), static_cast<double>(y));
+      if (want < 1e38 && want > 1e-37) worst = std::max(worst, ulps(math::pow(x, y), want));
+    }
+  EXPECT_LE(worst, 2.5) << "|y log x| up to 88";
+}
+
+TEST(Math, PowSpecialValuesAreCs) {  // zeros, infinities, NaN and signs exactly; the rest within 1 ulp
+  const float v[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 2.0f, -2.0f, 3.0f, -3.0f, 2.5f, INFINITY, -INFINITY,
+                     NAN, 1e-40f, -1e-40f, 1e30f, -16777217.0f, 3e10f};
+  for (float x : v)
+    for (float y : v) {
+      const double exact = std::pow(static_cast<double>(x), static_cast<double>(y));
+      const float want = static_cast<float>(exact), got = math::pow(x, y);
+      if (std::isnan(want)) EXPECT_TRUE(std::isnan(got)) << x << "^" << y;
+      else if (want == 0 || std::isinf(want) || std::abs(want) == 1) EXPECT_EQ(bits(got), bits(want)) << x << "^" << y << " = " << got;
+      else EXPECT_LE(ulps(got, exact), 1.0) << x << "^" << y << " = " << got << ", want " << want;
+    }
+}
+
 TEST(Math, SpecialValues) {
   const float inf = INFINITY, nan = NAN;
   EXPECT_EQ(math::exp(-inf), 0.0f);
@@ -180,6 +214,13 @@ void lanes_equal_scalar() {
     check("gelu_tanh", [](auto x) { return math::gelu_tanh(x); });
     check("gelu_tanh_grad", [](auto x) { return math::gelu_tanh_grad(x); });
     check("round_bf16", [](auto x) { return simd::round_bf16(x); });
+    check("pow(x, 2.5)", [](auto x) { return math::pow(x, decltype(x)(2.5f)); });
+    check("pow(x, -3)", [](auto x) { return math::pow(x, decltype(x)(-3.0f)); });
+    check("pow(|x| mod 4, x mod 4)", [](auto x) {  // an exponent per lane: 2, 1, -1, 0.5 among them
+      using W = decltype(x);
+      const W r = x - simd::mul(simd::round_even(simd::mul(x, W(0.25f))), W(4.0f));
+      return math::pow(simd::abs(r), simd::round_even(simd::mul(r, W(2.0f))) * W(0.5f));
+    });
   }
 }
 TEST(Math, LanesEqualTheScalarFunction) {

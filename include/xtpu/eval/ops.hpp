@@ -95,6 +95,14 @@ struct op_math<op::minimum> {
   }
 };
 
+template <>
+struct op_math<op::pow> {  // int32 operands are promoted to f32 first, as for division
+  template <class V>
+  static V f(V a, V b) noexcept {
+    return kernels::math::pow(a, b);
+  }
+};
+
 #define XTPU_COMPARISON(NAME, EXPR)                   \
   template <>                                         \
   struct op_math<op::NAME> {                          \

@@ -2,12 +2,12 @@
 //
 // Provides (all constexpr, all lazy):
 //   + - * / (tensor, expression or scalar), unary -, exp log sqrt rsqrt abs tanh sigmoid relu,
-//   gelu (erf form) gelu_tanh, maximum minimum, < <= > >= == != (to bool), where(mask, a, b), cast<T>(e),
+//   gelu (erf form) gelu_tanh, maximum minimum pow, < <= > >= == != (to bool), where(mask, a, b), cast<T>(e),
 //   matmul(a, b), transpose(e), permute<P...>(e), reshape<D...>(e),
 //   sum/mean/max<Axis>(e) and full sum(e)/mean(e)/max(e); nonzero, unique, masked_select: E112.
 // Shape rule: elementwise operands broadcast (NumPy); see shape/extents.hpp for the others.
-// Dtype rule: dtype/dtype.hpp (promotion, weak scalars); int32 / int32 gives float (true
-// division); exp log sqrt rsqrt tanh sigmoid of int32/bool give float; comparisons give bool.
+// Dtype rule: dtype/dtype.hpp (promotion, weak scalars); int32 / int32 and pow of int32 give
+// float; exp log sqrt rsqrt tanh sigmoid of int32/bool give float; comparisons give bool.
 // Errors: E101 E103 E104 E107 E108 E112 (shape), E202 E203 E204 E206 (dtype), E301-E305 (matmul).
 #pragma once
 
@@ -52,7 +52,7 @@ constexpr auto make_map(X&&... x) {
 
 // ---- the elementwise op families ----------------------------------------------------------
 
-/// + - * / maximum minimum: operands promoted, computed in compute_t of the result.
+/// + - * / maximum minimum pow: operands promoted, computed in compute_t of the result.
 template <class F>
 struct arithmetic {
   static constexpr op_tag tag = F::tag;
@@ -60,8 +60,8 @@ struct arithmetic {
   template <class L, class R>
   struct traits {
     using promoted = detail::promote_nodes_t<L, R>;
-    // true division: int32 / int32 gives float
-    using value_type = std::conditional_t<F::true_division && !is_floating_v<promoted>, float, promoted>;
+    // int32 / int32 and pow of int32 give float
+    using value_type = std::conditional_t<F::float_result && !is_floating_v<promoted>, float, promoted>;
   };
   template <class L, class R>
   static constexpr void check() {
@@ -127,12 +127,14 @@ struct cast_op {
 /// The elementwise operations, by name: what each is (its tag, its dtype rule); how each is
 /// computed is eval/ops.hpp's (detail::op_math).
 namespace op {
-struct add { static constexpr op_tag tag = op_tag::add; static constexpr bool true_division = false; };
-struct sub { static constexpr op_tag tag = op_tag::sub; static constexpr bool true_division = false; };
-struct mul { static constexpr op_tag tag = op_tag::mul; static constexpr bool true_division = false; };
-struct div { static constexpr op_tag tag = op_tag::div; static constexpr bool true_division = true; };
-struct maximum { static constexpr op_tag tag = op_tag::maximum; static constexpr bool true_division = false; };
-struct minimum { static constexpr op_tag tag = op_tag::minimum; static constexpr bool true_division = false; };
+struct add { static constexpr op_tag tag = op_tag::add; static constexpr bool float_result = false; };
+struct sub { static constexpr op_tag tag = op_tag::sub; static constexpr bool float_result = false; };
+struct mul { static constexpr op_tag tag = op_tag::mul; static constexpr bool float_result = false; };
+struct div { static constexpr op_tag tag = op_tag::div; static constexpr bool float_result = true; };
+struct maximum { static constexpr op_tag tag = op_tag::maximum; static constexpr bool float_result = false; };
+struct minimum { static constexpr op_tag tag = op_tag::minimum; static constexpr bool float_result = false; };
+/// C's powf (kernels/math.hpp pow).
+struct pow { static constexpr op_tag tag = op_tag::pow; static constexpr bool float_result = true; };
 
 struct lt { static constexpr op_tag tag = op_tag::lt; };
 struct le { static constexpr op_tag tag = op_tag::le; };
@@ -224,6 +226,15 @@ template <class L, class R>
   requires(detail::operand<L> || detail::operand<R>)
 constexpr auto minimum(L&& l, R&& r) {
   return detail::make_map<arithmetic<op::minimum>>(std::forward<L>(l), std::forward<R>(r));
+}
+
+/// x^y elementwise, as C's powf and torch.pow (kernels/math.hpp: x^0 = 1 and 1^y = 1 even for
+/// NaN, a negative x to a non-integral y is NaN); int32 operands give float. pow(x, 2.0f) is
+/// x * x exactly.
+template <class L, class R>
+  requires(detail::operand<L> || detail::operand<R>)
+constexpr auto pow(L&& l, R&& r) {
+  return detail::make_map<arithmetic<op::pow>>(std::forward<L>(l), std::forward<R>(r));
 }
 
 /// Elementwise choice: mask ? a : b (shapes of all three broadcast; the mask must be bool).

@@ -16,7 +16,7 @@ enum class op_tag : std::uint32_t {
   leaf = 1, scalar = 2, full = 3, normal = 4, iota = 5, uniform = 6,
   add = 10, sub = 11, mul = 12, div = 13, neg = 14,
   exp = 20, log = 21, sqrt = 22, rsqrt = 23, abs = 24, tanh = 25, sigmoid = 26, relu = 27, gelu = 28, gelu_grad = 29,
-  maximum = 30, minimum = 31,
+  maximum = 30, minimum = 31, pow = 32,
   lt = 40, le = 41, gt = 42, ge = 43, eq = 44, ne = 45,
   where = 50, cast = 51,
   matmul = 60,

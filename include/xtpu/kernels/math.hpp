@@ -2,7 +2,7 @@
 // path, compiler and flag.
 //
 // Provides: xtpu::kernels::math::{exp, log, tanh, sigmoid, erf, erfc, gelu, gelu_grad, gelu_tanh,
-// gelu_tanh_grad} for V = float or an xsimd batch of floats (kernels/simd.hpp). Each is one range
+// gelu_tanh_grad, pow} for V = float or an xsimd batch of floats (kernels/simd.hpp). Each is one range
 // reduction and one polynomial (Cephes' single-precision ones), written with the primitives of simd.hpp only —
 // every product through simd::mul, so nothing is fused — and evaluated in the same order for
 // a lane and for a float: a loop's SIMD body and its scalar tail agree bit for bit.
@@ -65,23 +65,36 @@ inline V exp(V x) noexcept {
   return detail::scale(detail::exp_reduced(r), n);
 }
 
-/// The natural logarithm.
+namespace detail {
+/// x > 0 as 2^e (1 + f), f in [sqrt(1/2) - 1, sqrt(2) - 1) exact: e as a float, then f
+/// (denormals scaled by 2^23 first). Zero, negative, infinite and NaN x give garbage: the
+/// callers patch those lanes.
 template <class V>
-inline V log(V x) noexcept {
+struct log_parts_t {
+  V e, f;
+};
+template <class V>
+inline log_parts_t<V> log_parts(V x) noexcept {
   using I = simd::ints_t<V>;
-  const auto tiny = x < V(1.17549435e-38f);  // denormal (or zero, negative): scale by 2^23 first
+  const auto tiny = x < V(1.17549435e-38f);
   const V xs = simd::select(tiny, simd::mul(x, V(8388608.0f)), x);
   const I bits = simd::to_bits(xs);
   I e = ((bits >> 23) & I(0xFF)) - simd::select_ints<V>(tiny, I(126 + 23), I(126));
   V m = simd::from_bits<V>((bits & I(0x007FFFFF)) | I(0x3F000000));  // [0.5, 1)
   const auto low = m < V(0.707106781186547524f);
   e = e - simd::select_ints<V>(low, I(1), I(0));
-  const V f = simd::select(low, (m + m) - V(1.0f), m - V(1.0f));  // [sqrt(1/2) - 1, sqrt(2) - 1)
+  return {simd::to_float_of<V>(e), simd::select(low, (m + m) - V(1.0f), m - V(1.0f))};
+}
+}  // namespace detail
+
+/// The natural logarithm.
+template <class V>
+inline V log(V x) noexcept {
+  const auto [fe, f] = detail::log_parts(x);
   const V z = simd::mul(f, f);
   static constexpr float c[] = {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f,
                                 1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f, -2.4999993993e-1f,
                                 3.3333331174e-1f};
-  const V fe = simd::to_float_of<V>(e);
   V y = simd::mul(simd::mul(detail::horner(f, c), f), z);
   y = y - simd::mul(fe, V(2.12194440e-4f));
   y = y - simd::mul(z, V(0.5f));
@@ -230,6 +243,106 @@ inline V gelu_tanh_grad(V x) noexcept {
   const V du2 = simd::mul(V(1.0f) + simd::mul(x2, V(detail::gelu_tanh_cubic3)), V(detail::gelu_tanh_scale));
   const V r = s + simd::mul(simd::mul(x, simd::mul(s, s_neg)), du2);
   return simd::select(simd::abs(x) > V(1e10f), simd::select(x > V(0.0f), V(1.0f), V(0.0f)), r);
+}
+
+// ---- pow: double-float (hi + lo) arithmetic without FMA --------------------------------------
+
+namespace detail {
+template <class V>
+struct df {
+  V hi, lo;
+};
+/// a + b = hi + lo exactly (Knuth's two-sum: no order of magnitudes assumed).
+template <class V>
+inline df<V> two_sum(V a, V b) noexcept {
+  const V s = a + b, bb = s - a;
+  return {s, (a - (s - bb)) + (b - bb)};
+}
+/// a * b = hi + lo exactly (Dekker's product: Veltkamp's split into 12-bit halves, |a|, |b| < 2^100).
+template <class V>
+inline df<V> two_prod(V a, V b) noexcept {
+  auto split = [](V v) {
+    const V c = simd::mul(v, V(4097.0f)), hi = c - (c - v);
+    return df<V>{hi, v - hi};
+  };
+  const V p = simd::mul(a, b);
+  const df<V> sa = split(a), sb = split(b);
+  return {p, (((simd::mul(sa.hi, sb.hi) - p) + simd::mul(sa.hi, sb.lo)) + simd::mul(sa.lo, sb.hi)) +
+                 simd::mul(sa.lo, sb.lo)};
+}
+
+/// log(x) as hi + lo, x > 0 finite, to about 2^-40 of its value: log(1 + f) = 2 atanh(s),
+/// s = f / (2 + f) carried as hi + lo, plus e ln 2 with ln 2 in two parts (e * hi exact).
+template <class V>
+inline df<V> log_df(V x) noexcept {
+  const auto [fe, f] = log_parts(x);
+  const df<V> den = two_sum(f, V(2.0f));
+  const V sh = f / den.hi;  // s = f / den, its remainder by an exact product
+  const df<V> q = two_prod(sh, den.hi);
+  const V sl = (((f - q.hi) - q.lo) - simd::mul(sh, den.lo)) / den.hi;
+  const V s2 = simd::mul(sh, sh);
+  // 2 atanh(s) = 2s + s^3 (2/3 + 2/5 s^2 + ... + 2/15 s^12): Taylor's, |s| < 0.172
+  static constexpr float c[] = {2.0f / 15, 2.0f / 13, 2.0f / 11, 2.0f / 9, 2.0f / 7, 2.0f / 5, 2.0f / 3};
+  const V tail = simd::mul(simd::mul(horner(s2, c), s2), sh);
+  const df<V> a = two_sum(simd::mul(fe, V(0.693145751953125f)), sh + sh);  // ln 2's first 16 bits
+  const V sl2 = sl + sl;  // 2 s's low part, through 2s + 2s^3/3: 2 sl (1 + s^2)
+  const V lo = a.lo + (((sl2 + simd::mul(sl2, s2)) + tail) + simd::mul(fe, V(1.42860682030941723212e-6f)));
+  const V hi = a.hi + lo;
+  return {hi, lo - (hi - a.hi)};
+}
+
+/// e^(hi + lo), |lo| <= ulp(hi): math::exp's reduction, the reduced argument kept as hi + lo.
+template <class V>
+inline V exp_df(df<V> z) noexcept {
+  const auto in_range = (z.hi <= V(100.0f)) & (z.hi >= V(-110.0f));  // past these, e^z is inf or 0 anyway
+  const V x = simd::select(in_range, z.hi, simd::select(z.hi > V(0.0f), V(100.0f), V(-110.0f)));
+  const V n = simd::round_even(simd::mul(x, V(1.44269504088896341f)));
+  // r = z - n ln 2 as hi + lo (x - n ln2's first part is exact); e^r = e^hi (1 + lo)
+  const df<V> r = two_sum(x - simd::mul(n, V(0.693359375f)),
+                          simd::mul(n, V(2.12194440e-4f)) + simd::select(in_range, z.lo, V(0.0f)));
+  const V e = exp_reduced(r.hi);
+  return scale(e + simd::mul(e, r.lo), n);
+}
+}  // namespace detail
+
+/// x^y, as C's powf: |x|^y = e^(y log|x|) with y log|x| carried as hi + lo (docs/numerics.md
+/// gives the measured ulp bound); exact where the rounded result is one operation: y = 1, 2,
+/// -1, and y = 0.5 for x > 0 (sqrt). Special values as C (and torch.pow): x^0 = 1 and 1^y = 1
+/// even for NaN; a negative finite x to a finite non-integral y is NaN; a negative x to an
+/// odd integral y keeps the sign; (+-0)^y<0 = inf, (+-1)^(+-inf) = 1.
+template <class V>
+inline V pow(V x, V y) noexcept {
+  using I = simd::ints_t<V>;
+  if (simd::all_of(y == V(2.0f))) return simd::mul(x, x);  // the lanes' own rule below, whole packets
+  if (simd::all_of(y == V(1.0f))) return x;
+  const V ax = simd::abs(x), ay = simd::abs(y);
+  // |y| capped at 2^64: past it, |y log|x|| > 110 for every |x| != 1 (the result is 0 or inf anyway)
+  const V yc = simd::select(ay > V(1.8446744e19f), simd::select(y > V(0.0f), V(1.8446744e19f), V(-1.8446744e19f)), y);
+  const detail::df<V> l = detail::log_df(simd::select(ax == V(0.0f), V(1.0f), ax));
+  const detail::df<V> p = detail::two_prod(yc, l.hi);
+  const V zl = p.lo + simd::mul(yc, l.lo), zh = p.hi + zl;
+  V r = detail::exp_df(detail::df<V>{zh, zl - (zh - p.hi)});
+  // |x| = 0 or inf, |y| = inf
+  const auto y_neg = y < V(0.0f);
+  const V inf(__builtin_inff());
+  r = simd::select(ax == V(0.0f), simd::select(y_neg, inf, V(0.0f)), r);
+  r = simd::select(ax == inf, simd::select(y_neg, V(0.0f), inf), r);
+  r = simd::select(ay == inf, simd::select(ax < V(1.0f), simd::select(y_neg, inf, V(0.0f)), simd::select(y_neg, V(0.0f), inf)), r);
+  r = simd::select((ay == inf) & (ax == V(1.0f)), V(1.0f), r);
+  // the sign: x < 0 (or -0) to an odd integer is negative; x < 0 finite to a non-integer is NaN
+  const auto big = ay >= V(16777216.0f);  // |y| >= 2^24: an even integer (or inf)
+  const I yi = simd::to_int_trunc(simd::select(big, V(0.0f), y));
+  const auto integral = big | (simd::to_float_of<V>(yi) == y);
+  r = simd::from_bits<V>(simd::to_bits(r) ^ (simd::to_bits(x) & (yi << 31)));  // x's sign bit if y is odd
+  r = simd::select((x < V(0.0f)) & (ax != inf) & !integral, V(__builtin_nanf("")), r);
+  const auto x_nan = simd::is_nan(x), y_nan = simd::is_nan(y);
+  r = simd::select(x_nan | y_nan, V(__builtin_nanf("")), r);
+  // exact cases, one rounding each
+  r = simd::select(y == V(-1.0f), V(1.0f) / x, r);
+  r = simd::select((y == V(0.5f)) & (x > V(0.0f)), simd::sqrt(x), r);
+  r = simd::select(y == V(2.0f), simd::mul(x, x), r);
+  r = simd::select(y == V(1.0f), x, r);
+  return simd::select((y == V(0.0f)) | (x == V(1.0f)), V(1.0f), r);
 }
 
 }  // namespace xtpu::kernels::math

@@ -174,6 +174,12 @@ inline ints_t<V> select_ints(mask_t<V> m, ints_t<V> a, ints_t<V> b) noexcept {
   if constexpr (std::is_same_v<V, float>) return m ? a : b;
   else return to_bits(select(m, from_bits<V>(a), from_bits<V>(b)));  // a blend moves bits as they are
 }
+/// Every lane of m is true.
+template <class M>
+inline bool all_of(M m) noexcept {
+  if constexpr (std::is_same_v<M, bool>) return m;
+  else return xsimd::all(m);
+}
 /// v truncated to an integer; NaN and values out of range give INT32_MIN (x86's rule,
 /// written out for the scalar lane: a C++ cast of those would be undefined).
 template <class V>
