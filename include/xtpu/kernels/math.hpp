@@ -32,6 +32,12 @@ inline V horner(V x, const float (&c)[N]) noexcept {
   }(std::make_index_sequence<N - 1>{});
 }
 
+/// ln 2 = ln2_hi - ln2_lo (Cephes' split: n * ln2_hi is exact for the n of a float's range)
+/// and 1 / ln 2, read by exp, log and pow; exp's argument is clamped to [exp_min, exp_max],
+/// past which e^x is 0 or inf anyway and the reduction stays exact.
+inline constexpr float ln2_hi = 0.693359375f, ln2_lo = 2.12194440e-4f, inv_ln2 = 1.44269504088896341f;
+inline constexpr float exp_min = -110.0f, exp_max = 100.0f;
+
 /// 2^n for integral n in [-126, 127], from its bits.
 template <class V>
 inline V pow2(simd::ints_t<V> n) noexcept {
@@ -59,9 +65,10 @@ inline V scale(V y, V n) noexcept {
 template <class V>
 inline V exp(V x) noexcept {
   // past these, e^x is +inf or 0 anyway; the clamp keeps the reduction exact (NaN passes)
-  x = simd::select(x > V(100.0f), V(100.0f), simd::select(x < V(-110.0f), V(-110.0f), x));
-  const V n = simd::round_even(simd::mul(x, V(1.44269504088896341f)));  // x / ln 2
-  const V r = (x - simd::mul(n, V(0.693359375f))) + simd::mul(n, V(2.12194440e-4f));  // x - n ln 2 (ln 2 in two parts)
+  using detail::exp_max, detail::exp_min;
+  x = simd::select(x > V(exp_max), V(exp_max), simd::select(x < V(exp_min), V(exp_min), x));
+  const V n = simd::round_even(simd::mul(x, V(detail::inv_ln2)));  // x / ln 2
+  const V r = (x - simd::mul(n, V(detail::ln2_hi))) + simd::mul(n, V(detail::ln2_lo));  // x - n ln 2 (ln 2 in two parts)
   return detail::scale(detail::exp_reduced(r), n);
 }
 
@@ -96,9 +103,9 @@ inline V log(V x) noexcept {
                                 1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f, -2.4999993993e-1f,
                                 3.3333331174e-1f};
   V y = simd::mul(simd::mul(detail::horner(f, c), f), z);
-  y = y - simd::mul(fe, V(2.12194440e-4f));
+  y = y - simd::mul(fe, V(detail::ln2_lo));
   y = y - simd::mul(z, V(0.5f));
-  V r = (f + y) + simd::mul(fe, V(0.693359375f));
+  V r = (f + y) + simd::mul(fe, V(detail::ln2_hi));
   // special inputs
   r = simd::select(x == V(0.0f), V(-__builtin_inff()), r);
   r = simd::select(x == V(__builtin_inff()), x, r);
@@ -294,12 +301,11 @@ inline df<V> log_df(V x) noexcept {
 /// e^(hi + lo), |lo| <= ulp(hi): math::exp's reduction, the reduced argument kept as hi + lo.
 template <class V>
 inline V exp_df(df<V> z) noexcept {
-  const auto in_range = (z.hi <= V(100.0f)) & (z.hi >= V(-110.0f));  // past these, e^z is inf or 0 anyway
-  const V x = simd::select(in_range, z.hi, simd::select(z.hi > V(0.0f), V(100.0f), V(-110.0f)));
-  const V n = simd::round_even(simd::mul(x, V(1.44269504088896341f)));
+  const auto in_range = (z.hi <= V(exp_max)) & (z.hi >= V(exp_min));  // past these, e^z is inf or 0 anyway
+  const V x = simd::select(in_range, z.hi, simd::select(z.hi > V(0.0f), V(exp_max), V(exp_min)));
+  const V n = simd::round_even(simd::mul(x, V(inv_ln2)));
   // r = z - n ln 2 as hi + lo (x - n ln2's first part is exact); e^r = e^hi (1 + lo)
-  const df<V> r = two_sum(x - simd::mul(n, V(0.693359375f)),
-                          simd::mul(n, V(2.12194440e-4f)) + simd::select(in_range, z.lo, V(0.0f)));
+  const df<V> r = two_sum(x - simd::mul(n, V(ln2_hi)), simd::mul(n, V(ln2_lo)) + simd::select(in_range, z.lo, V(0.0f)));
   const V e = exp_reduced(r.hi);
   return scale(e + simd::mul(e, r.lo), n);
 }
