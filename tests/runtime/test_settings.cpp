@@ -50,6 +50,9 @@ TEST_F(Settings, CacheSize) {
   XTPU_EXPECT_BAD("XTPU_CACHE_SIZE", "abc", "XTPU_CACHE_SIZE='abc'");
   XTPU_EXPECT_BAD("XTPU_CACHE_SIZE", "0", "XTPU_CACHE_SIZE='0'");
   EXPECT_EXIT(start_with("XTPU_CACHE_SIZE", "16"), ::testing::ExitedWithCode(0), "");
+  XTPU_EXPECT_BAD("XTPU_USE_BF16", "2", "XTPU_USE_BF16='2' is not valid for use_bf16: expected an integer in \\[0, 1\\]");
+  XTPU_EXPECT_BAD("XTPU_USE_BF16", "yes", "XTPU_USE_BF16='yes'");
+  EXPECT_EXIT(start_with("XTPU_USE_BF16", "1"), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(Settings, MemoryFraction) {

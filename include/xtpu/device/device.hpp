@@ -12,7 +12,8 @@
 // outside [0, max_chips)), config_error (XTPU_MEMORY_FRACTION or set_memory_fraction outside
 // (0, 1]; settings.hpp's rule), out_of_memory (an allocation past memory_fraction × HBM of
 // its chip; the message names the chip, the request and the largest live buffers, and nothing
-// already allocated is touched).
+// already allocated is touched). xtpu::use_bf16()/set_use_bf16 (XTPU_USE_BF16 = 0 | 1): float
+// tensors stored as bf16 values (and charged 2 bytes per element of HBM).
 #pragma once
 
 #include <algorithm>
@@ -129,18 +130,20 @@ class chip {
     return cached_bytes_;
   }
 
-  /// `bytes` of this chip's HBM (64-byte aligned), or out_of_memory; freed blocks are kept
-  /// for reuse (a caching allocator, like a TPU runtime's).
-  void* allocate(std::size_t bytes, std::string_view what) {
+  /// `bytes` of host memory (64-byte aligned) charged as `charged` bytes of this chip's HBM
+  /// (less than `bytes` for values the chip would hold narrower: float as bf16 under
+  /// use_bf16), or out_of_memory; freed blocks are kept for reuse (a caching allocator, like a
+  /// TPU runtime's).
+  void* allocate(std::size_t bytes, std::string_view what, std::size_t charged) {
     const std::size_t block = block_size(bytes);
     {
       std::lock_guard lock(mu_);
       const std::uint64_t cap = capacity(), now = in_use_.load(std::memory_order_relaxed);
-      if (now + bytes > cap) throw out_of_memory(oom_message(bytes, what, now, cap));
-      ++live_[bytes];  // may throw: nothing is changed yet
+      if (now + charged > cap) throw out_of_memory(oom_message(charged, what, now, cap));
+      ++live_[charged];  // may throw: nothing is changed yet
       ++live_count_;
-      in_use_.store(now + bytes, std::memory_order_relaxed);
-      if (now + bytes > peak_.load(std::memory_order_relaxed)) peak_.store(now + bytes, std::memory_order_relaxed);
+      in_use_.store(now + charged, std::memory_order_relaxed);
+      if (now + charged > peak_.load(std::memory_order_relaxed)) peak_.store(now + charged, std::memory_order_relaxed);
       if (auto it = free_.find(block); it != free_.end() && !it->second.empty()) {
         void* p = it->second.back();
         it->second.pop_back();
@@ -149,15 +152,17 @@ class chip {
       }
     }
     if (void* p = std::aligned_alloc(64, block)) return p;
-    deallocate_accounting(bytes);
+    deallocate_accounting(charged);
     throw std::bad_alloc();
   }
-  void deallocate(void* p, std::size_t bytes) noexcept {
+  void* allocate(std::size_t bytes, std::string_view what) { return allocate(bytes, what, bytes); }
+  /// Gives back what allocate(bytes, what, charged) returned.
+  void deallocate(void* p, std::size_t bytes, std::size_t charged) noexcept {
     const std::size_t block = block_size(bytes);
     bool keep = false;
     {
       std::lock_guard lock(mu_);
-      deallocate_accounting_locked(bytes);
+      deallocate_accounting_locked(charged);
       if (cached_bytes_ + block <= max_cached_bytes) {
         try {
           free_[block].push_back(p);
@@ -169,6 +174,7 @@ class chip {
     }
     if (!keep) std::free(p);
   }
+  void deallocate(void* p, std::size_t bytes) noexcept { deallocate(p, bytes, bytes); }
 
   static constexpr std::size_t max_cached_bytes = std::size_t{256} << 20;
   device* handle = nullptr;  // the chip's own xtpu::device (what device::current() returns)
@@ -346,17 +352,21 @@ namespace detail {
 class device_buffer {
  public:
   device_buffer() noexcept = default;
-  device_buffer(chip& c, std::size_t bytes, std::string_view what)
-      : chip_(&c), data_(c.allocate(bytes, what)), bytes_(bytes), version_(next_version()) {}
+  /// `bytes` of host memory charged as `charged` bytes of the chip's HBM (chip::allocate).
+  device_buffer(chip& c, std::size_t bytes, std::string_view what, std::size_t charged)
+      : chip_(&c), data_(c.allocate(bytes, what, charged)), bytes_(bytes), charged_(charged),
+        version_(next_version()) {}
+  device_buffer(chip& c, std::size_t bytes, std::string_view what) : device_buffer(c, bytes, what, bytes) {}
   device_buffer(device_buffer&& o) noexcept
       : chip_(o.chip_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)),
-        version_(std::exchange(o.version_, 0)) {}
+        charged_(std::exchange(o.charged_, 0)), version_(std::exchange(o.version_, 0)) {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
       reset();
       chip_ = o.chip_;
       data_ = std::exchange(o.data_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
+      charged_ = std::exchange(o.charged_, 0);
       version_ = std::exchange(o.version_, 0);
     }
     return *this;
@@ -377,7 +387,7 @@ class device_buffer {
  private:
   void reset() noexcept {
     if (data_) {
-      chip_->deallocate(data_, bytes_);
+      chip_->deallocate(data_, bytes_, charged_);
       data_ = nullptr;
     }
   }
@@ -387,9 +397,38 @@ class device_buffer {
   }
   chip* chip_ = nullptr;
   void* data_ = nullptr;
-  std::size_t bytes_ = 0;
+  std::size_t bytes_ = 0, charged_ = 0;
   std::uint64_t version_ = 0;
 };
 
 }  // namespace detail
+namespace detail {
+inline constexpr settings::setting use_bf16_setting{"use_bf16", "XTPU_USE_BF16", 0, 1};
+inline std::atomic<bool>& use_bf16_cell() {
+  static std::atomic<bool> cell{[] {
+    const auto e = settings::from_env(use_bf16_setting);
+    return e && settings::integer(use_bf16_setting, *e) != 0;
+  }()};
+  return cell;
+}
+}  // namespace detail
+
+/// Whether float tensors are stored as bf16 (XTPU_USE_BF16=1, torch_xla's XLA_USE_BF16): every
+/// value a step or an upload stores in a float tensor is rounded to bf16 (RNE) — computed in
+/// f32, rounded once at the store, as a bf16 tensor's. Host buffers stay 4 bytes per element;
+/// a tensor's or a step output's float buffer made while it is on is charged 2 bytes per
+/// element of HBM (detail::hbm_charge; a step's arena of temporaries is charged at full size).
+inline bool use_bf16() noexcept { return detail::use_bf16_cell().load(std::memory_order_relaxed); }
+/// Turns it on or off for the stores that follow (values stored before keep their bits; buffers
+/// keep the charge they were made with).
+inline void set_use_bf16(bool on) noexcept { detail::use_bf16_cell().store(on, std::memory_order_relaxed); }
+
+namespace detail {
+/// HBM charged for a buffer of `bytes` holding float values (is_float) or others: half under
+/// use_bf16 for float — the one rule tensors and step outputs allocate by.
+inline std::size_t hbm_charge(std::size_t bytes, bool is_float) noexcept {
+  return is_float && use_bf16() ? bytes / 2 : bytes;
+}
+}  // namespace detail
+
 }  // namespace xtpu

@@ -8,6 +8,7 @@
 //   detail::for_ranges(n, grain, f) — f(begin, end) over [0, n) elements split into pieces of at
 //     least `grain` for the thread pool (one piece, on the caller, below it); for_units the
 //     same over rows or blocks (pieces not rounded to 64);
+//   detail::round_to_bf16(p, begin, end) — floats rounded to bf16 in place (XTPU_USE_BF16's store);
 //   detail::reduce_order — the canonical reduction of n values (docs/numerics.md):
 //       blocks of 16384 values, combined in order; inside a block, 16 lanes — lane l takes
 //       values l, l+16, l+32, ... in order, starting from the identity (-0 for a sum, -inf for
@@ -99,6 +100,20 @@ void for_ranges(std::size_t n, std::size_t grain, F&& f) {
 template <class F>
 void for_units(std::size_t n, std::size_t grain, F&& f) {
   run_ranges_of(n, grain, 1, f);
+}
+
+/// p[begin, end) rounded to bf16 in place, on the active path (simd::round_bf16, the one
+/// rounding rule): what XTPU_USE_BF16 does to the values a step stores in a float tensor.
+inline void round_to_bf16(float* p, std::size_t begin, std::size_t end) noexcept {
+  kernels::simd::dispatch([&](auto on) {
+    constexpr path P = decltype(on)::value;
+    std::size_t i = begin;
+    if constexpr (P != path::scalar) {
+      using V = kernels::simd::lanes_t<P>;
+      for (; i + width_v<P> <= end; i += width_v<P>) kernels::simd::round_bf16(V::load_unaligned(p + i)).store_unaligned(p + i);
+    }
+    for (; i < end; ++i) p[i] = kernels::simd::round_bf16(p[i]);
+  });
 }
 
 // ---- the canonical reduction order --------------------------------------------------------

@@ -45,6 +45,7 @@ struct kernel_desc {
   /// Bit l: the loop reads statement leaf l (l < 64) only at the element it writes, or not at
   /// all (a materialized child reads it, before the loop) — so its output may share l's buffer.
   std::uint64_t same_index_leaves = 0;
+  bool f32 = false;  // its output is float (XTPU_USE_BF16 rounds what it stores)
 };
 
 template <class N, slots S>
@@ -127,6 +128,7 @@ constexpr kernel_desc describe(void (*run)(const bound&, void*)) {
                 static_cast<std::uint32_t>(S.scalar), static_cast<std::uint32_t>(S.scalar + N::n_scalars),
                 static_cast<std::uint32_t>(S.temp), static_cast<std::uint32_t>(own_slots<N, S>.temp),
                 N::shape_type::size * sizeof(typename N::value_type), N::shape_type::size};
+  d.f32 = std::is_same_v<typename N::value_type, float>;
   if constexpr (mxu::detail::matmul_info<N>::is) {
     using I = mxu::detail::matmul_info<N>;
     d.mm_m = I::M, d.mm_k = I::K, d.mm_n = I::N, d.mm_batch = I::batch, d.mm_passes = I::passes;

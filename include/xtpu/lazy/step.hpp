@@ -149,6 +149,7 @@ inline void check_environment() {
     (void)kernels::detail::isa_cell();
     (void)kernels::detail::threads_cell();
     (void)xtpu::detail::plan_cache::instance();  // XTPU_CACHE_SIZE
+    (void)xtpu::detail::use_bf16_cell();         // XTPU_USE_BF16
     return true;
   }();
   (void)checked;
@@ -387,7 +388,10 @@ class step {
     for (const auto& sp : p.stmts) {
       const statement& st = stmts_[sp.stmt];
       if (sp.donor >= 0) buffers.emplace_back();  // takes an input's buffer when it runs
-      else buffers.emplace_back(*chip_, st.kernels[st.n_kernels - 1].bytes, "step output");
+      else {
+        const kernel_desc& kd = st.kernels[st.n_kernels - 1];
+        buffers.emplace_back(*chip_, kd.bytes, "step output", hbm_charge(kd.bytes, kd.f32));
+      }
     }
     if (arena_.bytes() < p.arena_bytes) {
       arena_grown_ = true;
@@ -397,6 +401,7 @@ class step {
     for (std::size_t i = 0; i < p.stmts.size(); ++i) output(p, i).buffer = std::move(buffers[i]);
     buffers.clear();
     // 2. run, statement by statement (a multi-output loop: its statements block by block)
+    round_bf16_ = xtpu::use_bf16();
     leaf_ptrs_.resize(p.leaf_slots);
     leaf_versions_.resize(p.leaf_slots);
     temp_ptrs_.resize(p.temps.size());
@@ -422,6 +427,10 @@ class step {
         } else {
           kd.run(bounds_[i], dst);
           c.kernels.add();
+        }
+        if (to_output && round_bf16_ && kd.f32) {  // a float tensor stored as bf16, before anything reads it
+          auto* f = static_cast<float*>(dst);
+          detail::for_ranges(kd.elements, detail::loop_grain, [f](std::size_t b0, std::size_t b1) { round_to_bf16(f, b0, b1); });
         }
       }
     }
@@ -469,10 +478,12 @@ class step {
     }
     group_out_.resize(n);
     group_run_.resize(n);
+    group_round_.resize(n);
     for (std::size_t j = 0; j < n; ++j) {
       const statement& st = stmts_[p.stmts[first + j].stmt];
       group_out_[j] = output(p, first + j).buffer.data();
       group_run_[j] = st.kernels[st.n_kernels - 1].run_range;
+      group_round_[j] = round_bf16_ && st.kernels[st.n_kernels - 1].f32;
     }
     const std::size_t elements = stmts_[p.stmts[first].stmt].kernels[0].elements;
     constexpr std::size_t block = 2048;  // elements: every stream of the group stays in L1/L2 between statements
@@ -480,7 +491,10 @@ class step {
     detail::for_ranges(elements, detail::loop_grain / n, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t b0 = r0; b0 < r1; b0 += block) {
         const std::size_t b1 = std::min(r1, b0 + block);
-        for (std::size_t j = 0; j < n; ++j) group_run_[j](bounds_[first + j], group_out_[j], b0, b1);
+        for (std::size_t j = 0; j < n; ++j) {  // a later statement of the group reads this block as stored
+          group_run_[j](bounds_[first + j], group_out_[j], b0, b1);
+          if (group_round_[j]) round_to_bf16(static_cast<float*>(group_out_[j]), b0, b1);
+        }
       }
     });
   }
@@ -520,6 +534,8 @@ class step {
   std::vector<std::uint64_t> leaf_versions_;       // parallel to leaf_ptrs_
   std::vector<bound> bounds_;                        // per live statement
   std::vector<void*> group_out_;
+  std::vector<char> group_round_;  // group statement j's float output is rounded to bf16 block by block
+  bool round_bf16_ = false;        // XTPU_USE_BF16, read once per step
   std::vector<void (*)(const bound&, void*, std::size_t, std::size_t)> group_run_;
   std::vector<std::uint32_t> ext_refs_;            // per external tensor: the step's leaves holding it
   std::vector<std::uint64_t> external_bytes_;      // per external tensor

@@ -243,7 +243,7 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   static std::shared_ptr<detail::storage> make_storage(const xtpu::device& d, std::string_view what) {
     settings::check_environment();
     auto s = std::make_shared<detail::storage>(d.chip());
-    s->buffer = detail::device_buffer(d.chip(), bytes, what);
+    s->buffer = detail::device_buffer(d.chip(), bytes, what, detail::hbm_charge(bytes, std::is_same_v<T, float>));
     return s;
   }
   void read_into(T* dst) const {
@@ -257,6 +257,8 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
       : storage_(make_storage(d, "transfer")) {
     detail::time_sample t{timer};
     std::memcpy(storage_->buffer.data(), src, bytes);
+    if constexpr (std::is_same_v<T, float>)
+      if (xtpu::use_bf16()) detail::round_to_bf16(static_cast<float*>(storage_->buffer.data()), 0, bytes / sizeof(float));
   }
 
   std::shared_ptr<detail::storage> storage_;

@@ -1,0 +1,127 @@
+// XTPU_USE_BF16 (xtpu::set_use_bf16): every value stored in a float tensor — by an upload, a
+// statement, a matmul, a reduction, each statement of a multi-output loop — is the bf16
+// rounding of what f32 computed, as a bf16 tensor's would be; int32 tensors keep their bits;
+// switched off, stores keep f32 again.
+#include "reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+using namespace xtpu_test;
+using xtpu::tensor;
+
+namespace {
+/// x rounded to bf16 by the one rule (dtype/bf16.hpp), widened back.
+float bf16_of(float x) { return static_cast<float>(xtpu::bf16(x)); }
+
+/// Sets use_bf16 for one test, and restores it.
+struct bf16_storage {
+  bool before = xtpu::use_bf16();
+  explicit bf16_storage(bool on) { xtpu::set_use_bf16(on); }
+  ~bf16_storage() { xtpu::set_use_bf16(before); }
+};
+
+template <class T, std::size_t... D>
+std::vector<float> floats(const tensor<T, D...>& t) {
+  const auto h = t.to_host();
+  return std::vector<float>(h.data(), h.data() + h.size());
+}
+
+::testing::AssertionResult all_bf16(const std::vector<float>& v) {
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (std::bit_cast<std::uint32_t>(v[i]) & 0xFFFFu) return ::testing::AssertionFailure() << "element " << i << " = " << v[i];
+  return ::testing::AssertionSuccess();
+}
+
+TEST(UseBf16, UploadsAndStatementsStoreBf16Values) {
+  const auto av = values(300, 1), bv = values(300, 2);
+  tensor<float, 300> f32_result;
+  {
+    bf16_storage off(false);
+    auto a = device<float, 300>(av), b = device<float, 300>(bv);
+    f32_result = xtpu::exp(a) * 1.001f + b;
+    xtpu::mark_step();
+  }
+  bf16_storage on(true);
+  auto a = device<float, 300>(av), b = device<float, 300>(bv);
+  const auto ah = floats(a);
+  for (std::size_t i = 0; i < av.size(); ++i) EXPECT_EQ(ah[i], bf16_of(av[i])) << i;
+  // the statement computes in f32 from the stored (bf16) operands and rounds once at the store
+  tensor<float, 300> r = xtpu::exp(a) * 1.001f + b;
+  xtpu::mark_step();
+  const auto got = floats(r);
+  tensor<float, 300> a16 = a, b16 = b;  // the same computation from the rounded inputs, stored as f32
+  {
+    bf16_storage off(false);
+    tensor<float, 300> want = xtpu::exp(a16) * 1.001f + b16;
+    const auto w = floats(want);
+    for (std::size_t i = 0; i < w.size(); ++i) EXPECT_EQ(got[i], bf16_of(w[i])) << i;
+  }
+  EXPECT_NE(got, floats(f32_result));  // the setting changed the values
+}
+
+TEST(UseBf16, ALaterStatementReadsTheRoundedValue) {
+  bf16_storage on(true);
+  auto a = xtpu::full<float, 64>(1.0f);
+  tensor<float, 64> t = a + 1.0f / 1024;  // 1 + 2^-10 is 1 in bf16
+  tensor<float, 64> d = t - a;            // same step: reads t as stored
+  xtpu::mark_step();
+  for (float v : floats(d)) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(UseBf16, MatmulsReductionsAndMultiOutputLoopsStoreBf16) {
+  bf16_storage on(true);
+  auto x = device<float, 40, 70>(values(2800, 3));
+  auto w = device<float, 70, 50>(values(3500, 4));
+  tensor<float, 40, 50> y = xtpu::matmul(x, w);
+  tensor<float, 40, 50> z = xtpu::relu(xtpu::matmul(x, w) + 0.1f);  // a fused epilogue
+  tensor<float, 50> s = xtpu::sum<0>(y);
+  tensor<float> total = xtpu::mean(y);
+  // an AdamW-style update: p, m, v in one loop, in place
+  auto g = device<float, 4096>(values(4096, 5));
+  tensor<float, 4096> p = device<float, 4096>(values(4096, 6)), m = xtpu::zeros<float, 4096>(), v = m;
+  xtpu::mark_step();
+  m = 0.9f * m + 0.1f * g;
+  v = 0.999f * v + 0.001f * g * g;
+  p = p - 0.01f * (m / (xtpu::sqrt(v) + 1e-8f) + 0.01f * p);
+  xtpu::mark_step();
+  for (const auto& t : {floats(y), floats(z), floats(s), floats(total), floats(p), floats(m), floats(v)}) EXPECT_TRUE(all_bf16(t));
+}
+
+TEST(UseBf16, Int32KeepsItsBitsAndOffStoresF32Again) {
+  bf16_storage on(true);
+  auto i = xtpu::full<std::int32_t, 8>(16777217);
+  tensor<std::int32_t, 8> j = i + 2;
+  xtpu::mark_step();
+  EXPECT_EQ(j.to_host()(0), 16777219);
+  xtpu::set_use_bf16(false);
+  auto a = xtpu::full<float, 8>(1.0f);
+  tensor<float, 8> t = a + 1.0f / 1024;
+  xtpu::mark_step();
+  EXPECT_EQ(floats(t)[0], 1.0f + 1.0f / 1024);
+}
+
+TEST(UseBf16, FloatBuffersAreChargedTwoBytesPerElement) {
+  const auto d = xtpu::device::current();
+  const auto before = d.bytes_in_use();
+  bf16_storage on(true);
+  {
+    auto a = xtpu::full<float, 1024>(1.0f);          // 2 KiB of HBM, not 4
+    auto i = xtpu::full<std::int32_t, 1024>(1);      // int32 stays 4 KiB
+    xtpu::mark_step();
+    EXPECT_EQ(d.bytes_in_use() - before, 2048u + 4096u);
+    tensor<float, 1024> b = a * 2.0f;                // a step output: 2 KiB too
+    xtpu::mark_step();
+    EXPECT_EQ(d.bytes_in_use() - before, 2048u * 2 + 4096u);
+    xtpu::set_use_bf16(false);
+    auto c = xtpu::full<float, 1024>(1.0f);          // made with it off: 4 KiB
+    xtpu::mark_step();
+    EXPECT_EQ(d.bytes_in_use() - before, 2048u * 2 + 4096u * 2);
+    xtpu::set_use_bf16(true);                        // a buffer keeps the charge it was made with
+  }
+  EXPECT_EQ(d.bytes_in_use(), before);               // and gives back exactly that
+}
+}  // namespace
