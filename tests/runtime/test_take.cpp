@@ -1,11 +1,17 @@
 // take<Axis>(x, indices) and nn::embedding: values on every axis (an index out of range gives
 // 0), a bf16 x, the gradient (a scatter-add: repeated indices summed) against float64 sums, a
 // bf16 scatter-add summed in f32, a scatter-add's own gradient (a take), the same bits at 1 and
-// 2 threads, the embedding module's name, init and backward.
+// 2 threads, the embedding module's name, init and backward. gather<Axis>(x, indices)
+// (torch.gather): values per position on every axis, its gradient (a scatter along the axis,
+// repeated indices summed in order) against float64 sums, the scatter's own gradient (a
+// gather), the same bits at 1 and 2 threads, and a label's log-probability picked by gather
+// equal to cross_entropy's.
 #include "grad_check.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -123,6 +129,122 @@ TEST(Take, ScatterAddGivesTheSameBitsAtEveryThreadCount) {
   xtpu::kernels::set_num_threads(2);
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_EQ(runs[0], runs[2]);
+}
+
+/// gather's meaning, in float64 on the host: x (A, N, B) at idx (A, K, B) along the middle axis.
+std::vector<double> gathered(const std::vector<float>& x, const std::vector<std::int32_t>& idx, std::size_t a_n,
+                             std::size_t n, std::size_t k_n, std::size_t b_n) {
+  std::vector<double> out;
+  for (std::size_t a = 0; a < a_n; ++a)
+    for (std::size_t j = 0; j < k_n; ++j)
+      for (std::size_t b = 0; b < b_n; ++b) {
+        const std::int32_t k = idx[(a * k_n + j) * b_n + b];
+        out.push_back(k >= 0 && k < static_cast<std::int32_t>(n) ? x[(a * n + static_cast<std::size_t>(k)) * b_n + b] : 0.0);
+      }
+  return out;
+}
+
+static_assert(std::is_same_v<decltype(xtpu::gather<1>(tensor<float, 2, 5, 3>{}, tensor<std::int32_t, 2, 7, 3>{}))::shape_type,
+                             xtpu::extents<2, 7, 3>>);
+static_assert(std::is_same_v<decltype(xtpu::gather<-1>(tensor<xtpu::bf16, 4, 9>{}, tensor<std::int32_t, 4, 1>{}))::value_type,
+                             xtpu::bf16>);
+
+TEST(Gather, PicksPerPositionAlongEveryAxisAndGivesZeroOutOfRange) {
+  const auto xv = values(2 * 5 * 3, 11);
+  const auto x = device<float, 2, 5, 3>(xv);
+  std::vector<std::int32_t> mid_i(2 * 4 * 3), first_i(1 * 5 * 3), last_i(2 * 5 * 2);
+  for (std::size_t i = 0; i < mid_i.size(); ++i) mid_i[i] = static_cast<std::int32_t>((i * 7) % 6);  // 5 is out of range
+  for (std::size_t i = 0; i < first_i.size(); ++i) first_i[i] = static_cast<std::int32_t>(i % 3) - 1;  // -1 is
+  for (std::size_t i = 0; i < last_i.size(); ++i) last_i[i] = static_cast<std::int32_t>((i * 5) % 3);
+  const tensor<float, 2, 4, 3> mid = xtpu::gather<1>(x, ids<2, 4, 3>(mid_i));
+  const tensor<float, 1, 5, 3> first = xtpu::gather<0>(x, ids<1, 5, 3>(first_i));
+  const tensor<float, 2, 5, 2> last = xtpu::gather<-1>(x, ids<2, 5, 2>(last_i));
+  const tensor<float, 2, 4, 3> twice = xtpu::gather<1>(x, ids<2, 4, 3>(mid_i)) * 2.0f + 1.0f;  // fused into a loop
+  xtpu::mark_step();
+  const auto want = gathered(xv, mid_i, 2, 5, 4, 3);
+  EXPECT_EQ(host(mid), want);
+  std::vector<double> twice_want(want);
+  for (auto& v : twice_want) v = static_cast<float>(static_cast<float>(v) * 2.0f + 1.0f);
+  EXPECT_EQ(host(twice), twice_want);
+  EXPECT_EQ(host(first), gathered(xv, first_i, 1, 2, 1, 15));  // axis 0 of (2, 5, 3): (1, 2, 15)
+  EXPECT_EQ(host(last), gathered(xv, last_i, 10, 3, 2, 1));    // axis 2: (10, 3, 1)
+  EXPECT_NE(std::count(mid_i.begin(), mid_i.end(), 5), 0);      // the cases hold out-of-range indices
+  EXPECT_NE(std::count(first_i.begin(), first_i.end(), -1), 0);
+}
+
+TEST(Gather, GradientScattersBackAlongTheAxisSummingRepeats) {
+  // x (3, 6, 4) gathered along axis 1 by (3, 9, 4): most rows picked several times, some never
+  std::vector<std::int32_t> iv(3 * 9 * 4);
+  for (std::size_t i = 0; i < iv.size(); ++i) iv[i] = static_cast<std::int32_t>((i * i + 3 * i) % 7);  // 6: out of range
+  const auto xv = values(3 * 6 * 4, 12), rv = values(3 * 9 * 4, 13);
+  auto x = device<float, 3, 6, 4>(xv);
+  const auto r = device<float, 3, 9, 4>(rv);
+  tensor<float> loss = xtpu::sum(xtpu::gather<1>(x, ids<3, 9, 4>(iv)) * r);
+  auto [dx] = xtpu::grad(loss, x);
+  xtpu::mark_step();
+  std::vector<double> want(3 * 6 * 4, 0.0);  // float64 sums
+  for (std::size_t a = 0; a < 3; ++a)
+    for (std::size_t j = 0; j < 9; ++j)
+      for (std::size_t b = 0; b < 4; ++b)
+        if (const auto k = iv[(a * 9 + j) * 4 + b]; k < 6) want[(a * 6 + static_cast<std::size_t>(k)) * 4 + b] += rv[(a * 9 + j) * 4 + b];
+  EXPECT_TRUE(all_near(host(dx), want, 1e-6, 0.0));
+  std::size_t zeros = 0;
+  for (double v : want) zeros += v == 0.0;
+  EXPECT_GT(zeros, 0u);  // some never picked: the case checks the zeros too
+}
+
+TEST(Gather, AScatterAlongsGradientIsAGather) {
+  const std::vector<std::int32_t> iv{2, 0, 2, 1, 1, 1};  // (2, 3) into (2, 4) along axis 1
+  auto g = device<float, 2, 3>(values(6, 14));
+  const auto r = device<float, 2, 4>(values(8, 15));
+  tensor<float> loss = xtpu::sum(xtpu::detail::scatter_along<1, xtpu::extents<2, 4>>(g, ids<2, 3>(iv)) * r);
+  auto [dg] = xtpu::grad(loss, g);
+  xtpu::mark_step();
+  const auto rv = host(r);
+  EXPECT_EQ(host(dg), (std::vector<double>{rv[2], rv[0], rv[2], rv[5], rv[5], rv[5]}));
+}
+
+TEST(Gather, ScatterAlongGivesTheSameBitsAtEveryThreadCount) {
+  // gathered along axis 0 (columns are the inner axis: 300 of them, two pieces) and along the
+  // last axis (columns are the rows), at 1, 2 and 1 threads
+  constexpr std::size_t N = 97, D = 300, K = 211;
+  std::vector<std::int32_t> iv(K * D);
+  for (std::size_t j = 0; j < iv.size(); ++j) iv[j] = static_cast<std::int32_t>((j * j + 7 * j) % N);
+  const auto r = device<float, K, D>(values(K * D, 16, 10.0f));
+  const auto rt = device<float, D, K>(values(K * D, 17, 10.0f));
+  std::vector<std::vector<double>> runs;
+  for (const int threads : {1, 2, 1}) {
+    xtpu::kernels::set_num_threads(threads);
+    auto w = device<float, N, D>(values(N * D, 18));
+    auto wt = device<float, D, N>(values(N * D, 19));
+    tensor<float> loss = xtpu::sum(xtpu::gather<0>(w, ids<K, D>(iv)) * r) + xtpu::sum(xtpu::gather<1>(wt, ids<D, K>(iv)) * rt);
+    auto [dw, dwt] = xtpu::grad(loss, w, wt);
+    xtpu::mark_step();
+    auto h = host(dw);
+    const auto ht = host(dwt);
+    h.insert(h.end(), ht.begin(), ht.end());
+    runs.push_back(std::move(h));
+  }
+  xtpu::kernels::set_num_threads(2);
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(runs[0], runs[2]);
+}
+
+TEST(Gather, PicksEachRowsLabelAsCrossEntropyDoes) {
+  // -mean(log_softmax(z)[b, y_b]) by gather equals cross_entropy(z, y), value and gradient
+  constexpr std::size_t B = 16, C = 10;
+  std::vector<std::int32_t> yv(B);
+  for (std::size_t b = 0; b < B; ++b) yv[b] = static_cast<std::int32_t>((b * 3) % C);
+  const auto zv = values(B * C, 20, 4.0f);
+  auto z = device<float, B, C>(zv);
+  const auto y = ids<B>(yv);
+  tensor<float> by_gather = -xtpu::mean(xtpu::gather<1>(xtpu::log_softmax<1>(z), xtpu::reshape<B, 1>(y)));
+  tensor<float> by_loss = xtpu::nn::cross_entropy(z, y);
+  auto [d1] = xtpu::grad(by_gather, z);
+  auto [d2] = xtpu::grad(by_loss, z);
+  xtpu::mark_step();
+  EXPECT_NEAR(by_gather.item(), by_loss.item(), 1e-6 * std::abs(by_loss.item()));
+  EXPECT_TRUE(all_near(host(d1), host(d2), 1e-6, 1e-7));
 }
 
 struct lookup {

@@ -1,5 +1,6 @@
-// xtpu/expr/indexing.hpp — take: elements picked along one axis by int32 indices (numpy.take,
-// jnp.take, an embedding lookup), and the scatter-add its gradient is.
+// xtpu/expr/indexing.hpp — take and gather: elements picked along one axis by int32 indices
+// (numpy.take, an embedding lookup; torch.gather, numpy.take_along_axis), and the scatter-adds
+// their gradients are.
 //
 // Provides: take<Axis>(x, indices) — x (a..., n, b...), indices (i...) int32 -> (a..., i..., b...):
 // out[a..., i..., b...] = x[a..., indices[i...], b...]; an index outside [0, n) gives 0 (no host
@@ -7,8 +8,14 @@
 // the consumer's loop. detail::scatter_add<Axis, XShape>(g, indices) — the reverse: zeros of
 // XShape with g's slices added at the indices (repeated indices summed, in index order, the
 // same bits at every thread count); a materialized node, used by take's gradient rule.
-// Shape rule: shape/extents.hpp take_t. Errors: E104 (Axis out of range), E106 (the result's
-// rank above 6), E207 (indices not int32).
+// gather<Axis>(x, indices) — x (a..., n, b...), indices (a..., k, b...) int32 -> (a..., k, b...):
+// out[a..., j, b...] = x[a..., indices[a..., j, b...], b...] (torch.gather); 0 outside [0, n).
+// detail::scatter_along<Axis, XShape>(g, indices) — its reverse (torch.scatter_add into zeros):
+// g[a..., j, b...] added at x's [a..., indices[a..., j, b...], b...], each element's
+// contributions in j order.
+// Shape rules: shape/extents.hpp take_t, gather_fits_v. Errors: E104 (Axis out of range), E106
+// (take's result rank above 6), E115 (gather's indices not x's shape but on Axis), E207
+// (indices not int32).
 #pragma once
 
 #include <cstddef>
@@ -49,6 +56,35 @@ struct scatter_add_node : detail::node_base<scatter_add_node<Axis, Shape, G, I>>
   children args;
 };
 
+/// x's elements along axis Axis (normalised) picked per position: X (a..., n, b...), I (a..., k, b...) -> I's shape.
+template <std::size_t Axis, class X, class I>
+struct gather_node : detail::node_base<gather_node<Axis, X, I>> {
+  using value_type = typename X::value_type;
+  using shape_type = typename I::shape_type;
+  static constexpr bool weak = false, materialized = false;
+  using counts = detail::counts_of<X, I>;
+  static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps;
+  static constexpr std::uint64_t fingerprint =
+      detail::extend(detail::head_hash<op_tag::gather, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint});
+  using children = std::tuple<X, I>;
+  children args;
+};
+
+/// Zeros of Shape with G's elements added along axis Axis at the positions I names: G and I
+/// (a..., k, b...) -> Shape (a..., n, b...). Materialized (its own buffer, filled by one kernel).
+template <std::size_t Axis, class Shape, class G, class I>
+struct scatter_along_node : detail::node_base<scatter_along_node<Axis, Shape, G, I>> {
+  using value_type = typename G::value_type;
+  using shape_type = Shape;
+  static constexpr bool weak = false, materialized = true;
+  using counts = detail::counts_of<G, I>;
+  static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps + 1;
+  static constexpr std::uint64_t fingerprint =
+      detail::extend(detail::head_hash<op_tag::scatter_along, value_type, shape_type>(), {Axis, G::fingerprint, I::fingerprint});
+  using children = std::tuple<G, I>;
+  children args;
+};
+
 /// x (a..., n, b...) at int32 indices (i...) along Axis -> (a..., i..., b...); 0 outside [0, n).
 template <int Axis, expression X, expression I>
 constexpr auto take(X&& x, I&& indices) {
@@ -62,7 +98,27 @@ constexpr auto take(X&& x, I&& indices) {
   return take_node<ax, XN, IN>{{}, {detail::as_node(std::forward<X>(x)), detail::as_node(std::forward<I>(indices))}};
 }
 
+/// x (a..., n, b...) at int32 indices (a..., k, b...) along Axis, position by position ->
+/// (a..., k, b...): torch.gather(x, Axis, indices); 0 outside [0, n).
+template <int Axis, expression X, expression I>
+constexpr auto gather(X&& x, I&& indices) {
+  using XN = detail::node_t<X>;
+  using IN = detail::node_t<I>;
+  using S = typename XN::shape_type;
+  check::axis<S, Axis>();
+  check::index<typename IN::value_type>();
+  constexpr std::size_t ax = detail::normalize_axis_v<S, Axis>;
+  check::gather<S, ax, typename IN::shape_type>();
+  return gather_node<ax, XN, IN>{{}, {detail::as_node(std::forward<X>(x)), detail::as_node(std::forward<I>(indices))}};
+}
+
 namespace detail {
+/// gather's gradient: g (a..., k, b...) added into zeros of XShape (a..., n, b...) at the indices.
+template <std::size_t Axis, class XShape, class G, class I>
+constexpr auto scatter_along(G&& g, I&& indices) {
+  return scatter_along_node<Axis, XShape, node_t<G>, node_t<I>>{{}, {as_node(std::forward<G>(g)), as_node(std::forward<I>(indices))}};
+}
+
 /// take's gradient: g (a..., i..., b...) summed into zeros of XShape (a..., n, b...) at the indices.
 template <std::size_t Axis, class XShape, class G, class I>
 constexpr auto scatter_add(G&& g, I&& indices) {

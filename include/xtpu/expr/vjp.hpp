@@ -15,7 +15,7 @@
 // minimum send g to the operand they returned (a NaN operand wins, the first of a tie), relu and
 // abs give 0 at 0, a max reduction shares g evenly among the elements equal to the maximum;
 // take's rule is a scatter-add of g into zeros of its operand's shape (expr/indexing.hpp), and
-// a scatter-add's is a take.
+// a scatter-add's is a take; gather's is a scatter_along, and a scatter_along's is a gather.
 // Every public elementwise op has its rule (an op added without one is a static_assert here);
 // gelu_grad and gelu_tanh_grad, the gelu rules' own ops, appear only in gradient statements,
 // which keep no rule.
@@ -409,6 +409,22 @@ struct vjp_rule<scatter_add_node<Axis, Shape, G, I>> {  // and a scatter-add's i
   template <std::size_t Offset, class Gy, class Sink>
   static void apply(const scatter_add_node<Axis, Shape, G, I>& n, const Gy& g, Sink& sink) {
     push<Offset, 0>(n, take<static_cast<int>(Axis)>(g, std::get<1>(n.args)), sink);
+  }
+};
+
+template <std::size_t Axis, class X, class I>
+struct vjp_rule<gather_node<Axis, X, I>> {  // the indices (int32) get none
+  template <std::size_t Offset, class G, class Sink>
+  static void apply(const gather_node<Axis, X, I>& n, const G& g, Sink& sink) {
+    push<Offset, 0>(n, scatter_along<Axis, typename X::shape_type>(g, std::get<1>(n.args)), sink);
+  }
+};
+
+template <std::size_t Axis, class Shape, class G, class I>
+struct vjp_rule<scatter_along_node<Axis, Shape, G, I>> {  // and its scatter's is a gather
+  template <std::size_t Offset, class Gy, class Sink>
+  static void apply(const scatter_along_node<Axis, Shape, G, I>& n, const Gy& g, Sink& sink) {
+    push<Offset, 0>(n, gather<static_cast<int>(Axis)>(g, std::get<1>(n.args)), sink);
   }
 };
 

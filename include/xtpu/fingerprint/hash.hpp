@@ -21,6 +21,7 @@ enum class op_tag : std::uint32_t {
   where = 50, cast = 51,
   matmul = 60,
   reshape = 70, permute = 71, slice = 72, pad = 73, concat = 74, take = 75, scatter_add = 76,
+  gather = 77, scatter_along = 78,
   sum = 80, mean = 81, max = 82,
   gelu_tanh = 90, gelu_tanh_grad = 91,  // unary, continued
   statement = 100, step = 101,

@@ -164,6 +164,16 @@ struct owned<scatter_add_node<Axis, Shape, G, I>> {
   using type = scatter_add_node<Axis, Shape, owned_t<G>, owned_t<I>>;
   static type make(capture_cursor& c) { return type{{}, {owned<G>::make(c), owned<I>::make(c)}}; }  // in order
 };
+template <std::size_t Axis, class X, class I>
+struct owned<gather_node<Axis, X, I>> {
+  using type = gather_node<Axis, owned_t<X>, owned_t<I>>;
+  static type make(capture_cursor& c) { return type{{}, {owned<X>::make(c), owned<I>::make(c)}}; }  // in order
+};
+template <std::size_t Axis, class Shape, class G, class I>
+struct owned<scatter_along_node<Axis, Shape, G, I>> {
+  using type = scatter_along_node<Axis, Shape, owned_t<G>, owned_t<I>>;
+  static type make(capture_cursor& c) { return type{{}, {owned<G>::make(c), owned<I>::make(c)}}; }  // in order
+};
 template <std::size_t Axis, class... C>
 struct owned<concat_node<Axis, C...>> {
   using type = concat_node<Axis, owned_t<C>...>;

@@ -1,7 +1,7 @@
 // xtpu/shape/check.hpp — the named shape checkers.
 //
 // Provides: xtpu::check::{extents_valid, broadcast, assign, reshape, axis, permute, transpose,
-// class_labels, norm_parameter, attention, take, matmul, value_dependent_shape}. Each is one static_assert
+// class_labels, norm_parameter, attention, take, gather, matmul, value_dependent_shape}. Each is one static_assert
 // whose template parameters are the shapes involved, so the compiler's
 // "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both.
 // Codes (docs/errors.md):
@@ -10,6 +10,7 @@
 //   E112 value-dependent shape (nonzero, unique, masked_select, mask indexing)
 //   E113 norm parameter (a layer_norm/rms_norm weight or bias not (D), D the normalised extent)
 //   E114 attention (D not a multiple of the heads; x not (S, D) or (B, S, D))
+//   E115 gather (the indices not x's shape with any extent on the gathered axis)
 //   E301 matmul inner dims   E302 matmul batch dims   E303 matmul operand rank
 #pragma once
 
@@ -101,6 +102,13 @@ constexpr void take() {
   static_assert(detail::taken_rank_v<XShape, Axis, IndexShape> <= max_rank,
                 "xtpu E106 shape: take's result (x's axes with the indexed one replaced by the indices' axes) "
                 "would have rank above 6");
+}
+
+template <class XShape, std::size_t Axis, class IndexShape>
+constexpr void gather() {
+  static_assert(detail::gather_fits_v<XShape, Axis, IndexShape>,
+                "xtpu E115 gather: the indices must have x's rank and x's extents on every axis but the "
+                "gathered one: x (B, C) gathered along axis 1 takes indices (B, K) and gives (B, K)");
 }
 
 template <class XShape, int Axis, class ParameterShape>

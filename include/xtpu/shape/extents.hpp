@@ -10,6 +10,7 @@
 //   permute     a permutation of 0..rank-1; transpose swaps the last two axes.
 //   norm        a layer_norm/rms_norm weight or bias is (D), D the extent of the normalised axis.
 //   take        (a..., n, b...) indexed by (i...) along the n axis -> (a..., i..., b...).
+//   gather      (a..., n, b...) indexed by (a..., k, b...) along the n axis -> (a..., k, b...).
 #pragma once
 
 #include <algorithm>
@@ -198,6 +199,18 @@ struct take_holder {
 };
 template <class S, std::size_t Axis, class I>
 using take_t = to_extents_t<take_holder<S, Axis, I>>;
+
+/// gather's rule: the indices I have x's rank and x's extents on every axis but Axis (where any
+/// k is allowed: the result is I's shape, (a..., n, b...) and (a..., k, b...) -> (a..., k, b...)).
+template <class S, std::size_t Axis, class I>
+constexpr bool gather_fits() {
+  if (S::rank != I::rank) return false;
+  for (std::size_t a = 0; a < S::rank; ++a)
+    if (a != Axis && S::dims[a] != I::dims[a]) return false;
+  return true;
+}
+template <class S, std::size_t Axis, class I>
+inline constexpr bool gather_fits_v = gather_fits<S, Axis, I>();
 
 /// Whether P is (D), D the extent of axis Axis of S: a norm's weight or bias along that axis.
 template <class S, int Axis, class P>
