@@ -205,9 +205,10 @@ TEST(Gather, AScatterAlongsGradientIsAGather) {
 }
 
 TEST(Gather, ScatterAlongGivesTheSameBitsAtEveryThreadCount) {
-  // gathered along axis 0 (columns are the inner axis: 300 of them, two pieces) and along the
-  // last axis (columns are the rows), at 1, 2 and 1 threads
-  constexpr std::size_t N = 97, D = 300, K = 211;
+  // gathered along axis 0 (columns are the inner axis) and along the last axis (columns are the
+  // rows), at 1, 2 and 1 threads: 300 columns in pieces of at least 32768 / K = 128, so two
+  // threads take two pieces on each axis
+  constexpr std::size_t N = 97, D = 300, K = 256;
   std::vector<std::int32_t> iv(K * D);
   for (std::size_t j = 0; j < iv.size(); ++j) iv[j] = static_cast<std::int32_t>((j * j + 7 * j) % N);
   const auto r = device<float, K, D>(values(K * D, 16, 10.0f));

@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 using namespace xtpu_test;
@@ -123,5 +124,22 @@ TEST(UseBf16, FloatBuffersAreChargedTwoBytesPerElement) {
     xtpu::set_use_bf16(true);                        // a buffer keeps the charge it was made with
   }
   EXPECT_EQ(d.bytes_in_use(), before);               // and gives back exactly that
+}
+
+TEST(UseBf16, AnOutputInPlaceOfAnotherDtypesBufferIsChargedItsOwnSize) {
+  const auto d = xtpu::device::current();
+  const auto before = d.bytes_in_use();
+  bf16_storage on(true);
+  {
+    auto a = xtpu::full<float, 1024>(1.5f);
+    xtpu::mark_step();                                            // a: 2 KiB of HBM
+    tensor<std::int32_t, 1024> i = xtpu::cast<std::int32_t>(a);   // 4 bytes a value on the host, as a float
+    a = xtpu::full<float, 1024>(0.0f);                            // nothing holds the old a: i may take its buffer
+    EXPECT_NE(xtpu::lazy::explain().find("in place"), std::string::npos) << xtpu::lazy::explain();
+    xtpu::mark_step();
+    EXPECT_EQ(d.bytes_in_use() - before, 2048u + 4096u);          // the new a, and i at int32's size
+    EXPECT_EQ(i.to_host()(7), 1);
+  }
+  EXPECT_EQ(d.bytes_in_use(), before);
 }
 }  // namespace

@@ -377,6 +377,8 @@ class device_buffer {
 
   void* data() const noexcept { return data_; }
   std::size_t bytes() const noexcept { return bytes_; }
+  /// The HBM it is charged as (chip::allocate's `charged`).
+  std::size_t charged() const noexcept { return charged_; }
   /// Identifies the values: unique in the process, new for every allocation and every write
   /// in place (touch()). Caches of derived data (the MXU's packed operands) key on it.
   std::uint64_t version() const noexcept { return version_; }
@@ -418,15 +420,15 @@ inline std::atomic<bool>& use_bf16_cell() {
 /// f32, rounded once at the store, as a bf16 tensor's. Host buffers stay 4 bytes per element;
 /// a tensor's or a step output's float buffer made while it is on is charged 2 bytes per
 /// element of HBM (detail::hbm_charge; a step's arena of temporaries is charged at full size).
-inline bool use_bf16() noexcept { return detail::use_bf16_cell().load(std::memory_order_relaxed); }
+inline bool use_bf16() { return detail::use_bf16_cell().load(std::memory_order_relaxed); }
 /// Turns it on or off for the stores that follow (values stored before keep their bits; buffers
 /// keep the charge they were made with).
-inline void set_use_bf16(bool on) noexcept { detail::use_bf16_cell().store(on, std::memory_order_relaxed); }
+inline void set_use_bf16(bool on) { detail::use_bf16_cell().store(on, std::memory_order_relaxed); }
 
 namespace detail {
 /// HBM charged for a buffer of `bytes` holding float values (is_float) or others: half under
 /// use_bf16 for float — the one rule tensors and step outputs allocate by.
-inline std::size_t hbm_charge(std::size_t bytes, bool is_float) noexcept {
+inline std::size_t hbm_charge(std::size_t bytes, bool is_float) {
   return is_float && use_bf16() ? bytes / 2 : bytes;
 }
 }  // namespace detail

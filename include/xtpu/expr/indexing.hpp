@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "xtpu/expr/ops.hpp"
@@ -108,7 +109,7 @@ constexpr auto gather(X&& x, I&& indices) {
   check::axis<S, Axis>();
   check::index<typename IN::value_type>();
   constexpr std::size_t ax = detail::normalize_axis_v<S, Axis>;
-  check::gather<S, ax, typename IN::shape_type>();
+  if constexpr (detail::axis_in_range_v<S, Axis>) check::gather<S, ax, typename IN::shape_type>();  // E104 alone otherwise
   return gather_node<ax, XN, IN>{{}, {detail::as_node(std::forward<X>(x)), detail::as_node(std::forward<I>(indices))}};
 }
 
@@ -116,6 +117,7 @@ namespace detail {
 /// gather's gradient: g (a..., k, b...) added into zeros of XShape (a..., n, b...) at the indices.
 template <std::size_t Axis, class XShape, class G, class I>
 constexpr auto scatter_along(G&& g, I&& indices) {
+  static_assert(std::is_same_v<typename node_t<G>::shape_type, typename node_t<I>::shape_type>, "g has the indices' shape");
   return scatter_along_node<Axis, XShape, node_t<G>, node_t<I>>{{}, {as_node(std::forward<G>(g)), as_node(std::forward<I>(indices))}};
 }
 

@@ -387,11 +387,14 @@ class step {
     buffers.clear();
     for (const auto& sp : p.stmts) {
       const statement& st = stmts_[sp.stmt];
-      if (sp.donor >= 0) buffers.emplace_back();  // takes an input's buffer when it runs
-      else {
-        const kernel_desc& kd = st.kernels[st.n_kernels - 1];
-        buffers.emplace_back(*chip_, kd.bytes, "step output", hbm_charge(kd.bytes, kd.f32));
-      }
+      const kernel_desc& kd = st.kernels[st.n_kernels - 1];
+      const std::size_t charge = hbm_charge(kd.bytes, kd.f32);
+      // an input's buffer is taken when the loop runs — if it carries the charge this output
+      // would (a float buffer made under use_bf16 does not become an int32 output's)
+      if (sp.donor >= 0 && leaves_[st.leaf_begin + static_cast<std::uint32_t>(sp.donor)]->buffer.charged() == charge)
+        buffers.emplace_back();
+      else
+        buffers.emplace_back(*chip_, kd.bytes, "step output", charge);
     }
     if (arena_.bytes() < p.arena_bytes) {
       arena_grown_ = true;
