@@ -25,15 +25,11 @@ struct bf16_storage {
   ~bf16_storage() { xtpu::set_use_bf16(before); }
 };
 
-template <class T, std::size_t... D>
-std::vector<float> floats(const tensor<T, D...>& t) {
-  const auto h = t.to_host();
-  return std::vector<float>(h.data(), h.data() + h.size());
-}
-
-::testing::AssertionResult all_bf16(const std::vector<float>& v) {
+/// Every value (a float, widened exactly by host()) has zero low 16 bits: a bf16 value.
+::testing::AssertionResult all_bf16(const std::vector<double>& v) {
   for (std::size_t i = 0; i < v.size(); ++i)
-    if (std::bit_cast<std::uint32_t>(v[i]) & 0xFFFFu) return ::testing::AssertionFailure() << "element " << i << " = " << v[i];
+    if (std::bit_cast<std::uint32_t>(static_cast<float>(v[i])) & 0xFFFFu)
+      return ::testing::AssertionFailure() << "element " << i << " = " << v[i];
   return ::testing::AssertionSuccess();
 }
 
@@ -48,20 +44,20 @@ TEST(UseBf16, UploadsAndStatementsStoreBf16Values) {
   }
   bf16_storage on(true);
   auto a = device<float, 300>(av), b = device<float, 300>(bv);
-  const auto ah = floats(a);
+  const auto ah = host(a);
   for (std::size_t i = 0; i < av.size(); ++i) EXPECT_EQ(ah[i], bf16_of(av[i])) << i;
   // the statement computes in f32 from the stored (bf16) operands and rounds once at the store
   tensor<float, 300> r = xtpu::exp(a) * 1.001f + b;
   xtpu::mark_step();
-  const auto got = floats(r);
+  const auto got = host(r);
   tensor<float, 300> a16 = a, b16 = b;  // the same computation from the rounded inputs, stored as f32
   {
     bf16_storage off(false);
     tensor<float, 300> want = xtpu::exp(a16) * 1.001f + b16;
-    const auto w = floats(want);
-    for (std::size_t i = 0; i < w.size(); ++i) EXPECT_EQ(got[i], bf16_of(w[i])) << i;
+    const auto w = host(want);
+    for (std::size_t i = 0; i < w.size(); ++i) EXPECT_EQ(got[i], bf16_of(static_cast<float>(w[i]))) << i;
   }
-  EXPECT_NE(got, floats(f32_result));  // the setting changed the values
+  EXPECT_NE(got, host(f32_result));  // the setting changed the values
 }
 
 TEST(UseBf16, ALaterStatementReadsTheRoundedValue) {
@@ -70,7 +66,7 @@ TEST(UseBf16, ALaterStatementReadsTheRoundedValue) {
   tensor<float, 64> t = a + 1.0f / 1024;  // 1 + 2^-10 is 1 in bf16
   tensor<float, 64> d = t - a;            // same step: reads t as stored
   xtpu::mark_step();
-  for (float v : floats(d)) EXPECT_EQ(v, 0.0f);
+  for (double v : host(d)) EXPECT_EQ(v, 0.0);
 }
 
 TEST(UseBf16, MatmulsReductionsAndMultiOutputLoopsStoreBf16) {
@@ -89,7 +85,7 @@ TEST(UseBf16, MatmulsReductionsAndMultiOutputLoopsStoreBf16) {
   v = 0.999f * v + 0.001f * g * g;
   p = p - 0.01f * (m / (xtpu::sqrt(v) + 1e-8f) + 0.01f * p);
   xtpu::mark_step();
-  for (const auto& t : {floats(y), floats(z), floats(s), floats(total), floats(p), floats(m), floats(v)}) EXPECT_TRUE(all_bf16(t));
+  for (const auto& t : {host(y), host(z), host(s), host(total), host(p), host(m), host(v)}) EXPECT_TRUE(all_bf16(t));
 }
 
 TEST(UseBf16, Int32KeepsItsBitsAndOffStoresF32Again) {
@@ -102,7 +98,7 @@ TEST(UseBf16, Int32KeepsItsBitsAndOffStoresF32Again) {
   auto a = xtpu::full<float, 8>(1.0f);
   tensor<float, 8> t = a + 1.0f / 1024;
   xtpu::mark_step();
-  EXPECT_EQ(floats(t)[0], 1.0f + 1.0f / 1024);
+  EXPECT_EQ(host(t)[0], 1.0f + 1.0f / 1024);
 }
 
 TEST(UseBf16, FloatBuffersAreChargedTwoBytesPerElement) {

@@ -403,8 +403,6 @@ class device_buffer {
   std::uint64_t version_ = 0;
 };
 
-}  // namespace detail
-namespace detail {
 inline constexpr settings::setting use_bf16_setting{"use_bf16", "XTPU_USE_BF16", 0, 1};
 inline std::atomic<bool>& use_bf16_cell() {
   static std::atomic<bool> cell{[] {

@@ -297,8 +297,10 @@ struct vjp_rule<map<Op, C...>> {
       // torch's rule: d/da = b a^(b-1), 0 where b = 0; d/db = a^b log a, 0 where a = 0 and b >= 0
       const auto& b = std::get<1>(n.args);
       push<Offset, 0>(n, where(b == 0.0f, 0.0f, g * (b * pow(a, b - 1.0f))), sink);
-      if constexpr (std::tuple_element_t<1, typename N::children>::n_leaves > 0)  // not a constant exponent
-        push<Offset, 1>(n, where(a == 0.0f, where(b >= 0.0f, 0.0f, g * (n * log(a))), g * (n * log(a))), sink);
+      if constexpr (std::tuple_element_t<1, typename N::children>::n_leaves > 0) {  // not a constant exponent
+        const auto gb = g * (n * log(a));
+        push<Offset, 1>(n, where(a == 0.0f, where(b >= 0.0f, 0.0f, gb), gb), sink);
+      }
     } else if constexpr (std::is_same_v<Op, where_op>) {
       const auto& m = std::get<0>(n.args);
       push<Offset, 1>(n, where(m, g, 0.0f), sink);
