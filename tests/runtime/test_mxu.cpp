@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <random>
@@ -314,4 +315,61 @@ TEST(Mxu, TransposedOperandsSmallRowsAndCachedPackingOnEveryPath) {
   }
   EXPECT_GT(cache.hits(), 0u);
   cache.clear();
+}
+
+// A narrow output from a transposed A (a weight's gradient x^T g: N under one panel) runs as
+// c^T = b^T a^T (mxu::detail::runs_transposed): the same bits as the reference on every path
+// and thread count, f32 and bf16 operands, K across k blocks, and its epilogue sees every
+// element once, after the product.
+TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
+  std::mt19937 rng(31);
+  struct seen {
+    std::vector<int> count;
+    const float* c;
+    std::size_t ldc;
+    bool before = false;  // the epilogue read an element still holding the fill value
+  };
+  const auto ep_fn = [](const void* ctx, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
+    auto& s = *const_cast<seen*>(static_cast<const seen*>(ctx));
+    for (std::size_t i = r0; i < r0 + rows; ++i)
+      for (std::size_t j = c0; j < c0 + cols; ++j) {
+        ++s.count[i * s.ldc + j];
+        if (s.c[i * s.ldc + j] == -7.0f) s.before = true;
+      }
+  };
+  const std::size_t shapes[][3] = {{32, 1, 5}, {64, 10, 128}, {130, 3, 513}, {512, 10, 128}, {40, 15, 300}};
+  for (const auto& [M, N, K] : shapes)
+    for (bool bf16 : {false, true}) {
+      auto a = random_matrix(M * K, rng, M == 130), b = random_matrix(K * N, rng, N == 3);
+      if (bf16)
+        for (auto* v : {&a, &b})
+          for (auto& x : *v) x = float(xtpu::bf16(x));
+      std::vector<float> at(K * M);
+      std::vector<std::uint16_t> atb(K * M), bb(K * N);
+      for (std::size_t m = 0; m < M; ++m)
+        for (std::size_t k = 0; k < K; ++k) atb[k * M + m] = xtpu::bf16(at[k * M + m] = a[m * K + k]).bits();
+      for (std::size_t i = 0; i < K * N; ++i) bb[i] = xtpu::bf16(b[i]).bits();
+      const auto want = reference(a, b, M, N, K);
+      const xtpu::mxu::matrix_view av = bf16 ? xtpu::mxu::matrix_view{atb.data(), true, 1, M}
+                                             : xtpu::mxu::matrix_view{at.data(), false, 1, M};
+      const xtpu::mxu::matrix_view bv = bf16 ? xtpu::mxu::matrix_view{bb.data(), true, N, 1}
+                                             : xtpu::mxu::matrix_view{b.data(), false, N, 1};
+      for (isa p : paths()) {
+        if (p == isa::avx2 || p == isa::avx512) {  // 16-wide panels: every shape here is narrow
+          EXPECT_TRUE(xtpu::mxu::detail::runs_transposed(p, av, M, N)) << xtpu::isa_name(p);
+        }
+        for (int threads : {1, 2}) {
+          const std::string what = std::string(xtpu::isa_name(p)) + (bf16 ? " bf16" : " f32") + " threads " +
+                                   std::to_string(threads) + " M" + std::to_string(M) + " N" + std::to_string(N) +
+                                   " K" + std::to_string(K);
+          std::vector<float> c(M * N, -7.0f);
+          seen s{std::vector<int>(M * N, 0), c.data(), N};
+          const xtpu::mxu::epilogue ep{ep_fn, &s};
+          xtpu::mxu::pass(av, bv, c.data(), N, M, N, K, p, threads, &ep);
+          expect_bits(c, want, what);
+          EXPECT_EQ(std::count(s.count.begin(), s.count.end(), 1), static_cast<long>(M * N)) << what;
+          EXPECT_FALSE(s.before) << what;
+        }
+      }
+    }
 }

@@ -13,7 +13,9 @@
 //   * the avx512bf16 path packs bf16 pairs and runs vdpbf16ps itself (odd K: the missing
 //     element is -0 x +0, an exact identity);
 //   * blocking over K keeps k in order (the f32 accumulator is stored and reloaded, exactly);
-//     threads split M or N, never K.
+//     threads split M or N, never K;
+//   * a narrow output from a transposed a (detail::runs_transposed) is computed as
+//     c^T = b^T a^T: each element the same fma chain, operands the other way round.
 #pragma once
 
 #include <algorithm>
@@ -261,6 +263,57 @@ __attribute__((target("avx2"))) inline void convert_transpose_avx2(const void* s
   for (std::size_t x = 0; x < rows; ++x)
     for (std::size_t y = y0; y < cols; ++y) one(x, y);
 }
+
+/// convert_transpose on AVX-512: 16 x 16 blocks loaded, converted and transposed in registers
+/// (unpack, shuffle, then two 128-bit lane shuffles); the rows and columns past the last whole
+/// block go to the AVX2 routine as two sub-problems. A block starts at an even row and column,
+/// so pair order inside a sub-problem is pair order of the whole.
+template <bool Bf16>
+__attribute__((target("avx512f"))) inline void convert_transpose_avx512(const void* src, std::size_t lds,
+                                                                       std::size_t rows, std::size_t cols,
+                                                                       bool swap_rows, bool swap_cols, float* dst,
+                                                                       std::size_t ldd) noexcept {
+  constexpr std::size_t es = Bf16 ? 2 : 4;
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  const std::size_t r16 = rows / 16 * 16, c16 = cols / 16 * 16;
+  for (std::size_t y0 = 0; y0 < c16; y0 += 16)
+    for (std::size_t x0 = 0; x0 < r16; x0 += 16) {
+      __m512 r[16], t[16];
+      for (int k = 0; k < 16; ++k) {
+        const std::size_t i = (y0 + static_cast<std::size_t>(k)) * lds + x0;
+        const __m512i u =
+            Bf16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + i * es))), 16)
+                 : _mm512_loadu_si512(bytes + i * es);
+        r[k] = _mm512_castsi512_ps(mxu_bits16(u));
+      }
+      for (int k = 0; k < 16; k += 2) {  // t[k], t[k+1]: rows k, k+1 interleaved within 128-bit lanes
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+      }
+      for (int k = 0; k < 16; k += 4) {  // r[k + m], lane L: column 4L + m of rows k..k+3
+        r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
+        r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
+        r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+        r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+      }
+      for (int m = 0; m < 4; ++m) {  // the 128-bit lanes of r[m], r[4+m], r[8+m], r[12+m] transposed
+        const __m512 v0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44), v1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xEE);
+        const __m512 v2 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x44), v3 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xEE);
+        t[m] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        t[4 + m] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        t[8 + m] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        t[12 + m] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+      }
+      for (int k = 0; k < 16; ++k) {  // t[k]: dst row x0 + k, cols y0..y0+15
+        const __m512 o = swap_cols ? _mm512_permute_ps(t[k], 0xB1) : t[k];
+        _mm512_storeu_ps(dst + (x0 + static_cast<std::size_t>(swap_rows ? k ^ 1 : k)) * ldd + y0, o);
+      }
+    }
+  if (r16 < rows)
+    convert_transpose_avx2<Bf16>(bytes + r16 * es, lds, rows - r16, cols, swap_rows, swap_cols, dst + r16 * ldd, ldd);
+  if (c16 < cols && r16 > 0)
+    convert_transpose_avx2<Bf16>(bytes + c16 * lds * es, lds, r16, cols - c16, swap_rows, swap_cols, dst + c16, ldd);
+}
 #endif
 
 /// dst[x * ldd + y] = the MXU value of src element (y', x') = src[y' * lds + x'], for x < rows,
@@ -269,6 +322,9 @@ __attribute__((target("avx2"))) inline void convert_transpose_avx2(const void* s
 inline void convert_transpose(const void* src, bool bf16, std::size_t lds, std::size_t rows, std::size_t cols,
                               bool swap_rows, bool swap_cols, float* dst, std::size_t ldd) noexcept {
 #if XTPU_X86
+  if (kernels::supported(isa::avx512))
+    return bf16 ? convert_transpose_avx512<true>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd)
+                : convert_transpose_avx512<false>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd);
   if (kernels::supported(isa::avx2))
     return bf16 ? convert_transpose_avx2<true>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd)
                 : convert_transpose_avx2<false>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd);
@@ -291,31 +347,60 @@ inline void convert_run(const matrix_view& v, std::size_t base, std::size_t step
   convert_scalar(v.data, v.bf16, base, step, 0, n, swap, dst);
 }
 
-/// n contiguous operand values from element `base` -> panels nr wide: value j goes to
-/// dst[(j / nr) * pstride + j % nr] (one row of a packed B block, dealt out as it converts).
-inline void convert_to_panels(const matrix_view& v, std::size_t base, std::size_t n, std::size_t nr,
-                              std::size_t pstride, float* dst) noexcept {
-  const bool bf16 = v.bf16;
-  const void* src = v.address(base);
-#if XTPU_X86
-  const bool vec = nr % 8 == 0 && kernels::supported(isa::avx2);
-#else
-  constexpr bool vec = false;
-#endif
-  for (std::size_t p0 = 0; p0 < n; p0 += nr, dst += pstride) {
-    const std::size_t m = std::min(nr, n - p0);
-    std::size_t j = 0;
-#if XTPU_X86
-    if (vec) {
-      if (bf16)
-        for (; j + 8 <= m; j += 8) convert8_avx2<true>(src, p0 + j, dst + j);
-      else
-        for (; j + 8 <= m; j += 8) convert8_avx2<false>(src, p0 + j, dst + j);
-    }
-#endif
-    convert_scalar(src, bf16, p0, 1, j, m, false, dst);
+// Rows of a B block whose rows are contiguous -> its panels: row t is source row
+// p0 + pair_order(t, kc) (element (k, j) at src[k * lds + j]), columns [0, nc) dealt into
+// panels nr wide (panel q at out + q * pstride, row t at + t * nr), padding lanes zero.
+// 16 rows at a time (their source lines stay in L1), panel by panel, so that each panel's
+// rows are written as one run: row by row across every panel put each row's writes in one
+// L1 set, 3x slower with 16-wide panels (measured).
+#define XTPU_ROWS_TO_PANELS(ROW)                                                                \
+  for (std::size_t t0 = 0; t0 < kc; t0 += 16) {                                              \
+    const std::size_t t1 = std::min(kc, t0 + 16);                                            \
+    float* panel = out;                                                                      \
+    for (std::size_t jp = 0; jp < nc; jp += nr, panel += pstride) {                          \
+      const std::size_t n = std::min(nr, nc - jp);                                           \
+      for (std::size_t t = t0; t < t1; ++t) {                                                \
+        const std::size_t i = (p0 + pair_order(t, kc)) * lds + jp;                           \
+        float* dst = panel + t * nr;                                                         \
+        ROW                                                                                  \
+      }                                                                                      \
+    }                                                                                        \
   }
+
+inline void rows_to_panels_scalar(const void* src, bool bf16, std::size_t lds, std::size_t p0, std::size_t kc,
+                                  std::size_t nc, std::size_t nr, std::size_t pstride, float* out) noexcept {
+  XTPU_ROWS_TO_PANELS(convert_scalar(src, bf16, i, 1, 0, n, false, dst); std::fill(dst + n, dst + nr, 0.0f);)
 }
+
+#if XTPU_X86
+/// nr a multiple of 16.
+template <bool Bf16>
+__attribute__((target("avx512f"))) inline void rows_to_panels_avx512(const void* src, std::size_t lds, std::size_t p0,
+                                                                    std::size_t kc, std::size_t nc, std::size_t nr,
+                                                                    std::size_t pstride, float* out) noexcept {
+  XTPU_ROWS_TO_PANELS(for (std::size_t j = 0; j < nr; j += 16) {
+    const std::size_t m = j < n ? std::min<std::size_t>(16, n - j) : 0;
+    __m512i u;
+    if constexpr (Bf16) {
+      alignas(32) std::uint16_t part[16] = {};
+      std::memcpy(part, static_cast<const std::uint16_t*>(src) + i + j, m * sizeof(std::uint16_t));
+      u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(part))), 16);
+    } else {
+      u = _mm512_castps_si512(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << m) - 1u), static_cast<const float*>(src) + i + j));
+    }
+    _mm512_storeu_si512(dst + j, mxu_bits16(u));  // a zero lane stays zero
+  })
+}
+/// nr a multiple of 8.
+template <bool Bf16>
+__attribute__((target("avx2"))) inline void rows_to_panels_avx2(const void* src, std::size_t lds, std::size_t p0,
+                                                               std::size_t kc, std::size_t nc, std::size_t nr,
+                                                               std::size_t pstride, float* out) noexcept {
+  XTPU_ROWS_TO_PANELS(std::size_t j = 0; for (; j + 8 <= n; j += 8) convert8_avx2<Bf16>(src, i + j, dst + j);
+                      convert_scalar(src, Bf16, i, 1, j, n, false, dst); std::fill(dst + n, dst + nr, 0.0f);)
+}
+#endif
+#undef XTPU_ROWS_TO_PANELS
 
 /// bf16 pairs from two runs of converted values: low half from `even`, high half from `odd`.
 inline void make_pairs(const float* even, const float* odd, std::size_t n, std::uint32_t* out) noexcept {
@@ -370,8 +455,8 @@ inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::si
   }
 }
 
-inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::size_t j0, std::size_t nc, std::size_t nr,
-                   bool pairs, float* out) noexcept {
+inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t kc, std::size_t j0, std::size_t nc,
+                   std::size_t nr, bool pairs, float* out) noexcept {
 #if XTPU_X86
   const flush_denormals daz;  // mxu_bits8's premise
 #endif
@@ -379,16 +464,17 @@ inline void pack_b(const matrix_view& b, std::size_t p0, std::size_t kc, std::si
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
   row0.resize(nr);
   row1.resize(nr);
-  if (!pairs && b.cs == 1) {
-    // rows of B are contiguous: each row of the block converted whole (one long run the
-    // prefetcher streams) straight into the panels, nr values each
-    const std::size_t pad = (nr - nc % nr) % nr;
-    for (std::size_t t = 0; t < kc; ++t) {
-      float* row = out + t * nr;
-      convert_to_panels(b, (p0 + pair_order(t, kc)) * b.rs + j0, nc, nr, nr * slots, row);
-      if (pad) std::fill_n(row + (nc / nr) * nr * slots + nc % nr, pad, 0.0f);
-    }
-    return;
+  if (!pairs && b.cs == 1) {  // rows of B are contiguous (rows_to_panels)
+    const void* src = b.address(j0);
+#if XTPU_X86
+    if (nr % 16 == 0 && path == isa::avx512)
+      return b.bf16 ? rows_to_panels_avx512<true>(src, b.rs, p0, kc, nc, nr, nr * slots, out)
+                    : rows_to_panels_avx512<false>(src, b.rs, p0, kc, nc, nr, nr * slots, out);
+    if (nr % 8 == 0 && path == isa::avx2)
+      return b.bf16 ? rows_to_panels_avx2<true>(src, b.rs, p0, kc, nc, nr, nr * slots, out)
+                    : rows_to_panels_avx2<false>(src, b.rs, p0, kc, nc, nr, nr * slots, out);
+#endif
+    return rows_to_panels_scalar(src, b.bf16, b.rs, p0, kc, nc, nr, nr * slots, out);
   }
   for (std::size_t jp = 0; jp < nc; jp += nr) {
     const std::size_t cols = std::min(nr, nc - jp);
@@ -719,7 +805,7 @@ inline void pack_b_whole(isa path, const matrix_view& b, std::size_t K, std::siz
   const blocking bk = blocking_of(path, N);
   const bool pairs = path == isa::avx512bf16;
   const packed_layout l(bk, pairs, K, N);
-  for (std::size_t pc = 0; pc < K; pc += bk.kc) pack_b(b, pc, std::min(bk.kc, K - pc), 0, N, bk.nr, pairs, out + (pc / bk.kc) * l.block_floats);
+  for (std::size_t pc = 0; pc < K; pc += bk.kc) pack_b(path, b, pc, std::min(bk.kc, K - pc), 0, N, bk.nr, pairs, out + (pc / bk.kc) * l.block_floats);
 }
 
 /// One thread's share: rows [m0, m1) x cols [n0, n1) of C (N columns in all), all of K, in k
@@ -747,7 +833,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
       if (packed) {
         bblock = packed + (pc / bk.kc) * block_floats + (jc / bk.nr) * bk.nr * slots;
       } else {
-        pack_b(b, pc, kc, jc, nc, bk.nr, pairs, bbuf.data());
+        pack_b(path, b, pc, kc, jc, nc, bk.nr, pairs, bbuf.data());
         bblock = bbuf.data();
       }
       const bool last = pc + kc == K;
@@ -781,6 +867,17 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
       }
     }
   }
+}
+
+/// Whether pass() computes c (M, N) = a b as c^T = b^T a^T: a narrow output (N under one
+/// panel of the path, the rest of its lanes padding) with rows enough to fill the lanes
+/// instead, when a's rows are not contiguous (a transposed tensor: a weight's gradient
+/// x^T g), so that a^T packs as a straight conversion. (With contiguous rows the transposing
+/// pack costs more than the padding: measured.) Not on the bf16-pair path.
+inline bool runs_transposed(isa path, const matrix_view& a, std::size_t M, std::size_t N) noexcept {
+  if (path == isa::avx512bf16 || a.cs == 1) return false;
+  const std::size_t nr = blocking_of(path, N).nr;
+  return N < nr && M >= 2 * nr;
 }
 
 /// Packed B operands kept between calls, keyed by what the caller says identifies the
@@ -867,6 +964,18 @@ inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size
   if (M == 0 || N == 0) return;
   if (K == 0) {
     for (std::size_t i = 0; i < M; ++i) std::fill_n(c + i * ldc, N, 0.0f);
+    if (ep) ep->fn(ep->ctx, 0, 0, M, N);
+    return;
+  }
+  if (detail::runs_transposed(path, a, M, N)) {
+    // c^T (N, M) = b^T a^T, then laid into c: M on the vector lanes instead of a panel
+    // mostly padding. Each element is the same fma chain over k in the same order (a product
+    // of two values is the same either way round): the same bits.
+    thread_local std::vector<float> ct;
+    ct.resize(N * M);
+    pass({b.data, b.bf16, b.cs, b.rs}, {a.data, a.bf16, a.cs, a.rs}, ct.data(), M, N, M, K, path, threads);
+    for (std::size_t i = 0; i < M; ++i)
+      for (std::size_t j = 0; j < N; ++j) c[i * ldc + j] = ct[j * M + i];
     if (ep) ep->fn(ep->ctx, 0, 0, M, N);
     return;
   }
