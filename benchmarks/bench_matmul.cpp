@@ -33,13 +33,14 @@ namespace {
 struct shape {
   const char* name;
   std::size_t batch, M, K, N;
+  bool a_transposed = false;  // A stored (K, M): matmul(transpose(h), g), a weight's gradient
   double flops() const { return 2.0 * double(batch) * double(M) * double(K) * double(N); }
 };
 const shape shapes[] = {
     {"128^3", 1, 128, 128, 128},          {"256^3", 1, 256, 256, 256},      {"512^3", 1, 512, 512, 512},
     {"1024^3", 1, 1024, 1024, 1024},      {"2048^3", 1, 2048, 2048, 2048},  {"mlp 128x784x512", 1, 128, 784, 512},
     {"head 128x512x10", 1, 128, 512, 10}, {"ffn 1024x256x1024", 1, 1024, 256, 1024},
-    {"attn 8x128x64x128", 8, 128, 64, 128},
+    {"attn 8x128x64x128", 8, 128, 64, 128},    {"head grad 512x128x10", 1, 512, 128, 10, true},
 };
 
 struct operands {
@@ -78,8 +79,9 @@ void xtpu_pass(benchmark::State& st, const shape& s, int threads, bool bf16_inpu
     xtpu::mxu::for_each_batch(s.batch, 2.0 * double(s.M * s.N * s.K), threads, [&](std::size_t bi, int t) {
       float* c = o.c.data() + bi * s.M * s.N;
       if (p == xtpu::precision::default_) {
-        const xtpu::mxu::matrix_view a = bf16_inputs ? xtpu::mxu::matrix_view{o.ab.data() + bi * s.M * s.K, true, s.K, 1}
-                                                     : xtpu::mxu::matrix_view{o.a.data() + bi * s.M * s.K, false, s.K, 1};
+        const std::size_t rs = s.a_transposed ? 1 : s.K, cs = s.a_transposed ? s.M : 1;
+        const xtpu::mxu::matrix_view a = bf16_inputs ? xtpu::mxu::matrix_view{o.ab.data() + bi * s.M * s.K, true, rs, cs}
+                                                     : xtpu::mxu::matrix_view{o.a.data() + bi * s.M * s.K, false, rs, cs};
         const xtpu::mxu::matrix_view b = bf16_inputs ? xtpu::mxu::matrix_view{o.bb.data() + bi * s.K * s.N, true, s.N, 1}
                                                      : xtpu::mxu::matrix_view{o.b.data() + bi * s.K * s.N, false, s.N, 1};
         xtpu::mxu::pass(a, b, c, s.N, s.M, s.N, s.K, path, t);
@@ -100,7 +102,7 @@ void onednn(benchmark::State& st, const shape& s, int threads, bool bf16) {
   const auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const memory::dim B = static_cast<memory::dim>(s.batch), M = static_cast<memory::dim>(s.M),
                     K = static_cast<memory::dim>(s.K), N = static_cast<memory::dim>(s.N);
-  memory::desc a({B, M, K}, dt, memory::format_tag::abc), b({B, K, N}, dt, memory::format_tag::abc),
+  memory::desc a({B, M, K}, dt, s.a_transposed ? memory::format_tag::acb : memory::format_tag::abc), b({B, K, N}, dt, memory::format_tag::abc),
       c({B, M, N}, memory::data_type::f32, memory::format_tag::abc);
   std::optional<matmul> made;
   try {
@@ -126,7 +128,8 @@ void openblas(benchmark::State& st, const shape& s, int threads) {
   const int M = int(s.M), N = int(s.N), K = int(s.K);
   for (auto _ : st) {
     for (std::size_t bi = 0; bi < s.batch; ++bi)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, o.a.data() + bi * s.M * s.K, K,
+      cblas_sgemm(CblasRowMajor, s.a_transposed ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N, K, 1.0f,
+                  o.a.data() + bi * s.M * s.K, s.a_transposed ? M : K,
                   o.b.data() + bi * s.K * s.N, N, 0.0f, o.c.data() + bi * s.M * s.N, N);
     benchmark::DoNotOptimize(o.c.data());
   }
@@ -137,14 +140,19 @@ template <class T>
 void eigen(benchmark::State& st, const shape& s, int threads) {
   set_threads(threads);
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  std::vector<Mat> a(s.batch, Mat(s.M, s.K)), b(s.batch, Mat(s.K, s.N)), c(s.batch, Mat(s.M, s.N));
+  // a transposed A is stored (K, M) and read as a[bi].transpose()
+  std::vector<Mat> a(s.batch, s.a_transposed ? Mat(s.K, s.M) : Mat(s.M, s.K)), b(s.batch, Mat(s.K, s.N)),
+      c(s.batch, Mat(s.M, s.N));
   operands o(s);
   for (std::size_t bi = 0; bi < s.batch; ++bi) {
     for (std::size_t i = 0; i < s.M * s.K; ++i) a[bi].data()[i] = T(o.a[bi * s.M * s.K + i]);
     for (std::size_t i = 0; i < s.K * s.N; ++i) b[bi].data()[i] = T(o.b[bi * s.K * s.N + i]);
   }
   for (auto _ : st) {
-    for (std::size_t bi = 0; bi < s.batch; ++bi) c[bi].noalias() = a[bi] * b[bi];
+    for (std::size_t bi = 0; bi < s.batch; ++bi) {
+      if (s.a_transposed) c[bi].noalias() = a[bi].transpose() * b[bi];
+      else c[bi].noalias() = a[bi] * b[bi];
+    }
     benchmark::DoNotOptimize(c[0].data());
   }
   report(st, s);
@@ -166,7 +174,7 @@ void register_all(bool onednn_only) {
       if (onednn_only) continue;
       add("xtpu_bf16", [s, t](benchmark::State& st) { xtpu_pass(st, s, t, true, xtpu::precision::default_); });
       add("xtpu_f32", [s, t](benchmark::State& st) { xtpu_pass(st, s, t, false, xtpu::precision::default_); });
-      if (s.flops() <= 2.2e9)
+      if (s.flops() <= 2.2e9 && !s.a_transposed)  // multi_pass reads row-major operands
         add("xtpu_highest", [s, t](benchmark::State& st) { xtpu_pass(st, s, t, false, xtpu::precision::highest); });
       add("onednn_f32", [s, t](benchmark::State& st) { onednn(st, s, t, false); });
       add("openblas_sgemm", [s, t](benchmark::State& st) { openblas(st, s, t); });

@@ -277,6 +277,41 @@ TEST(Mxu, EightLaneConversionIsTheScalarRule) {
   for (std::size_t i = 0; i < u.size(); ++i)
     ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), xtpu::mxu::detail::mxu_bits(u[i])) << std::hex << u[i];
 }
+
+// The transposing conversion (16 x 16 blocks on AVX-512, 8 x 8 on AVX2, edges as
+// sub-problems) against its one-element rule, on each path: every shape up to 40 x 40 that
+// has whole blocks and edges, both pair-order flags, f32 and bf16 sources with the classes'
+// edge values, a destination row stride wider than the columns.
+TEST(Mxu, TransposingConversionIsTheElementRuleOnEveryPath) {
+  std::mt19937 rng(5);
+  std::vector<std::uint32_t> pool = {0x00000001u, 0x80000001u, 0x3F808000u, 0x3F818000u, 0x7F800000u,
+                                     0x7F800001u, 0x7FC00000u, 0xFF800001u, 0x7F7FFFFFu, 0x00800000u};
+  for (isa p : paths())
+    for (std::size_t rows : {1u, 7u, 8u, 16u, 17u, 33u, 40u})
+      for (std::size_t cols : {1u, 9u, 16u, 31u, 32u, 40u})
+        for (int flags = 0; flags < 4; ++flags)
+          for (bool bf16 : {false, true}) {
+            const std::size_t lds = rows + 3, ldd = cols + 5;  // source: cols rows of lds values
+            std::vector<std::uint32_t> f(cols * lds);
+            for (auto& x : f) x = rng() % 4 == 0 ? pool[rng() % pool.size()] : rng();
+            std::vector<std::uint16_t> h(f.size());
+            for (std::size_t i = 0; i < f.size(); ++i) h[i] = static_cast<std::uint16_t>(f[i] >> 16);
+            const void* src = bf16 ? static_cast<const void*>(h.data()) : static_cast<const void*>(f.data());
+            const bool sr = flags & 1, sc = flags & 2;
+            std::vector<float> got(rows * ldd, -3.0f), want(rows * ldd, -3.0f);
+            {
+              const xtpu::mxu::detail::flush_denormals daz;  // as inside pack_a / pack_b
+              xtpu::mxu::detail::convert_transpose(p, src, bf16, lds, rows, cols, sr, sc, got.data(), ldd);
+            }
+            for (std::size_t x = 0; x < rows; ++x)
+              for (std::size_t y = 0; y < cols; ++y)
+                xtpu::mxu::detail::convert_transposed_at(src, bf16, lds, rows, cols, sr, sc, x, y, want.data(), ldd);
+            for (std::size_t i = 0; i < got.size(); ++i)
+              ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want[i]))
+                  << xtpu::isa_name(p) << " rows " << rows << " cols " << cols << " flags " << flags
+                  << (bf16 ? " bf16" : " f32") << " element " << i;
+          }
+}
 #endif
 
 TEST(Mxu, TransposedOperandsSmallRowsAndCachedPackingOnEveryPath) {
@@ -362,11 +397,17 @@ TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
           const std::string what = std::string(xtpu::isa_name(p)) + (bf16 ? " bf16" : " f32") + " threads " +
                                    std::to_string(threads) + " M" + std::to_string(M) + " N" + std::to_string(N) +
                                    " K" + std::to_string(K);
-          std::vector<float> c(M * N, -7.0f);
-          seen s{std::vector<int>(M * N, 0), c.data(), N};
+          const std::size_t ldc = N + 3;  // c inside a wider buffer: the columns past N untouched
+          std::vector<float> c(M * ldc, -7.0f);
+          seen s{std::vector<int>(M * ldc, 0), c.data(), ldc};
           const xtpu::mxu::epilogue ep{ep_fn, &s};
-          xtpu::mxu::pass(av, bv, c.data(), N, M, N, K, p, threads, &ep);
-          expect_bits(c, want, what);
+          xtpu::mxu::pass(av, bv, c.data(), ldc, M, N, K, p, threads, &ep);
+          std::vector<float> got(M * N);
+          for (std::size_t i = 0; i < M; ++i) {
+            std::copy_n(c.begin() + static_cast<long>(i * ldc), N, got.begin() + static_cast<long>(i * N));
+            for (std::size_t j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], -7.0f) << what;
+          }
+          expect_bits(got, want, what);
           EXPECT_EQ(std::count(s.count.begin(), s.count.end(), 1), static_cast<long>(M * N)) << what;
           EXPECT_FALSE(s.before) << what;
         }

@@ -64,10 +64,13 @@ struct matrix_view {
   }
 };
 
-/// Work applied to each finished block of C while it is still in cache (bias, activation,
-/// an optimizer's update, ...): fn(ctx, row0, col0, rows, cols) on C rows [row0, row0+rows) x
-/// cols [col0, col0+cols). A block is a thread's mc rows by up to nc columns (blocking_for):
-/// whole rows, so what the epilogue reads beside C streams rather than jumping row to row.
+/// Work applied to finished blocks of C (bias, activation, an optimizer's update, ...):
+/// fn(ctx, row0, col0, rows, cols) on C rows [row0, row0+rows) x cols [col0, col0+cols), on
+/// blocks that together cover C once, each after its values are final. Usually a block is a
+/// thread's mc rows by up to nc columns (blocking_for), run by that thread while it is in
+/// cache: whole rows, so what the epilogue reads beside C streams rather than jumping row to
+/// row. A product with K = 0 or one that runs transposed (detail::runs_transposed) calls it
+/// once over all of C, on the calling thread.
 struct epilogue {
   void (*fn)(const void* ctx, std::size_t row0, std::size_t col0, std::size_t rows, std::size_t cols);
   const void* ctx;
@@ -316,16 +319,21 @@ __attribute__((target("avx512f"))) inline void convert_transpose_avx512(const vo
 }
 #endif
 
+/// The conversion routines packing uses on `path`: the path's own lanes (an AVX2 pass packs
+/// with AVX2 on any CPU, so XTPU_ISA=avx2 measures the AVX2 code), scalar on the scalar path.
+constexpr bool packs_avx512(isa path) noexcept { return path == isa::avx512 || path == isa::avx512bf16; }
+constexpr bool packs_avx2(isa path) noexcept { return path != isa::scalar; }
+
 /// dst[x * ldd + y] = the MXU value of src element (y', x') = src[y' * lds + x'], for x < rows,
 /// y < cols, where x' = swap_rows ? pair_order(x, rows) : x and y' likewise from y and cols:
 /// a transposed operand converted and laid out in one pass (pair order on either side).
-inline void convert_transpose(const void* src, bool bf16, std::size_t lds, std::size_t rows, std::size_t cols,
-                              bool swap_rows, bool swap_cols, float* dst, std::size_t ldd) noexcept {
+inline void convert_transpose(isa path, const void* src, bool bf16, std::size_t lds, std::size_t rows,
+                              std::size_t cols, bool swap_rows, bool swap_cols, float* dst, std::size_t ldd) noexcept {
 #if XTPU_X86
-  if (kernels::supported(isa::avx512))
+  if (packs_avx512(path))
     return bf16 ? convert_transpose_avx512<true>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd)
                 : convert_transpose_avx512<false>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd);
-  if (kernels::supported(isa::avx2))
+  if (packs_avx2(path))
     return bf16 ? convert_transpose_avx2<true>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd)
                 : convert_transpose_avx2<false>(src, lds, rows, cols, swap_rows, swap_cols, dst, ldd);
 #endif
@@ -335,12 +343,12 @@ inline void convert_transpose(const void* src, bool bf16, std::size_t lds, std::
 
 /// n operand values starting at element `base`, `step` apart -> dst as the MXU sees them;
 /// swap: stored in pair order (dst[t] holds element pair_order(t, n)).
-inline void convert_run(const matrix_view& v, std::size_t base, std::size_t step, std::size_t n, bool swap,
+inline void convert_run(isa path, const matrix_view& v, std::size_t base, std::size_t step, std::size_t n, bool swap,
                         float* dst) noexcept {
 #if XTPU_X86
-  if (step == 1 && kernels::supported(isa::avx2)) {
+  if (step == 1 && packs_avx2(path)) {
     const void* src = v.address(base);
-    if (kernels::supported(isa::avx512)) return convert_run_avx512(src, v.bf16, n, swap, dst);
+    if (packs_avx512(path)) return convert_run_avx512(src, v.bf16, n, swap, dst);
     return convert_run_avx2(src, v.bf16, n, swap, dst);
   }
 #endif
@@ -352,7 +360,10 @@ inline void convert_run(const matrix_view& v, std::size_t base, std::size_t step
 // panels nr wide (panel q at out + q * pstride, row t at + t * nr), padding lanes zero.
 // 16 rows at a time (their source lines stay in L1), panel by panel, so that each panel's
 // rows are written as one run: row by row across every panel put each row's writes in one
-// L1 set, 3x slower with 16-wide panels (measured).
+// L1 set, 3x slower with 16-wide panels (measured). A macro, not a function taking a lambda:
+// a lambda does not inherit its function's target("avx2"/"avx512f"), so the row body would be
+// a call per row. It reads the enclosing function's lds, p0, kc, nc, nr, pstride and out, and
+// gives ROW i (the row's first source element), n (values in this panel) and dst.
 #define XTPU_ROWS_TO_PANELS(ROW)                                                                \
   for (std::size_t t0 = 0; t0 < kc; t0 += 16) {                                              \
     const std::size_t t1 = std::min(kc, t0 + 16);                                            \
@@ -378,13 +389,23 @@ template <bool Bf16>
 __attribute__((target("avx512f"))) inline void rows_to_panels_avx512(const void* src, std::size_t lds, std::size_t p0,
                                                                     std::size_t kc, std::size_t nc, std::size_t nr,
                                                                     std::size_t pstride, float* out) noexcept {
-  XTPU_ROWS_TO_PANELS(for (std::size_t j = 0; j < nr; j += 16) {
+  XTPU_ROWS_TO_PANELS(if (n == nr) {  // a whole panel row: plain loads
+    for (std::size_t j = 0; j < nr; j += 16) {
+      const __m512i u =
+          Bf16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(src) + i + j))), 16)
+               : _mm512_loadu_si512(static_cast<const float*>(src) + i + j);
+      _mm512_storeu_si512(dst + j, mxu_bits16(u));
+    }
+  } else for (std::size_t j = 0; j < nr; j += 16) {
     const std::size_t m = j < n ? std::min<std::size_t>(16, n - j) : 0;
-    __m512i u;
-    if constexpr (Bf16) {
+    __m512i u = _mm512_setzero_si512();
+    if (m == 0) {
+      // a padding vector: no address past the row is formed
+    } else if constexpr (Bf16) {
       alignas(32) std::uint16_t part[16] = {};
-      std::memcpy(part, static_cast<const std::uint16_t*>(src) + i + j, m * sizeof(std::uint16_t));
-      u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(part))), 16);
+      const std::uint16_t* from = static_cast<const std::uint16_t*>(src) + i + j;
+      if (m < 16) from = static_cast<const std::uint16_t*>(std::memcpy(part, from, m * sizeof(std::uint16_t)));
+      u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from))), 16);
     } else {
       u = _mm512_castps_si512(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << m) - 1u), static_cast<const float*>(src) + i + j));
     }
@@ -416,7 +437,7 @@ inline void make_pairs(const float* even, const float* odd, std::size_t n, std::
 // the low half, 2i+1 in the high half (vdpbf16ps's layout); a missing odd element is -0 in A
 // and +0 in B, so its product is -0, an exact identity. Padding lanes are zeros.
 
-inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::size_t p0, std::size_t kc, std::size_t mr,
+inline void pack_a(isa path, const matrix_view& a, std::size_t i0, std::size_t mc, std::size_t p0, std::size_t kc, std::size_t mr,
                    bool pairs, float* out) noexcept {
 #if XTPU_X86
   const flush_denormals daz;  // mxu_bits8's premise
@@ -427,7 +448,7 @@ inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::si
     // a transposed tensor: A's columns are contiguous. The panels of mr rows one after the other
     // are one row-major (rows, kc) matrix: converted and transposed in one pass, k in pair order.
     const std::size_t rows = (mc + mr - 1) / mr * mr;
-    convert_transpose(a.address(i0 + p0 * a.cs), a.bf16, a.cs, mc, kc, false, true, out, kc);
+    convert_transpose(path, a.address(i0 + p0 * a.cs), a.bf16, a.cs, mc, kc, false, true, out, kc);
     std::fill(out + mc * kc, out + rows * kc, 0.0f);
     return;
   }
@@ -443,9 +464,9 @@ inline void pack_a(const matrix_view& a, std::size_t i0, std::size_t mc, std::si
       }
       const std::size_t base = (i0 + ip + r) * a.rs + p0 * a.cs;
       if (!pairs) {
-        convert_run(a, base, a.cs, kc, /*swap*/ true, row);
+        convert_run(path, a, base, a.cs, kc, /*swap*/ true, row);
       } else {
-        convert_run(a, base, a.cs, kc, false, line.data());
+        convert_run(path, a, base, a.cs, kc, false, line.data());
         if (kc & 1) line[kc] = std::bit_cast<float>(0x80000000u);  // -0: the missing odd element
         for (std::size_t q = 0; q < slots; ++q) odd[q] = line[2 * q + 1];
         for (std::size_t q = 0; q < slots; ++q) line[q] = line[2 * q];
@@ -467,10 +488,10 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
   if (!pairs && b.cs == 1) {  // rows of B are contiguous (rows_to_panels)
     const void* src = b.address(j0);
 #if XTPU_X86
-    if (nr % 16 == 0 && path == isa::avx512)
+    if (nr % 16 == 0 && packs_avx512(path))
       return b.bf16 ? rows_to_panels_avx512<true>(src, b.rs, p0, kc, nc, nr, nr * slots, out)
                     : rows_to_panels_avx512<false>(src, b.rs, p0, kc, nc, nr, nr * slots, out);
-    if (nr % 8 == 0 && path == isa::avx2)
+    if (nr % 8 == 0 && packs_avx2(path))
       return b.bf16 ? rows_to_panels_avx2<true>(src, b.rs, p0, kc, nc, nr, nr * slots, out)
                     : rows_to_panels_avx2<false>(src, b.rs, p0, kc, nc, nr, nr * slots, out);
 #endif
@@ -483,17 +504,17 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
       for (std::size_t t = 0; t < slots; ++t) {
         float* dst = panel + t * nr;
         if (!pairs) {
-          convert_run(b, (p0 + pair_order(t, kc)) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, dst);
+          convert_run(path, b, (p0 + pair_order(t, kc)) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, dst);
         } else {
-          convert_run(b, (p0 + 2 * t) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, row0.data());
-          if (2 * t + 1 < kc) convert_run(b, (p0 + 2 * t + 1) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, row1.data());
+          convert_run(path, b, (p0 + 2 * t) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, row0.data());
+          if (2 * t + 1 < kc) convert_run(path, b, (p0 + 2 * t + 1) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, row1.data());
           else std::fill_n(row1.data(), cols, 0.0f);  // +0: the missing odd element
           make_pairs(row0.data(), row1.data(), cols, reinterpret_cast<std::uint32_t*>(dst));
         }
         std::fill(dst + cols, dst + nr, 0.0f);
       }
     } else if (!pairs && b.rs == 1) {  // columns are contiguous (a transposed tensor): converted and transposed at once
-      convert_transpose(b.address(p0 + (j0 + jp) * b.cs), b.bf16, b.cs, kc, cols, true, false, panel, nr);
+      convert_transpose(path, b.address(p0 + (j0 + jp) * b.cs), b.bf16, b.cs, kc, cols, true, false, panel, nr);
       for (std::size_t t = 0; t < kc; ++t) std::fill(panel + t * nr + cols, panel + t * nr + nr, 0.0f);
     } else {  // other strides, or bf16 pairs: convert columns, scatter
       line.resize(kc + 1);
@@ -503,7 +524,7 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
           continue;
         }
         const std::size_t base = p0 * b.rs + (j0 + jp + c) * b.cs;
-        convert_run(b, base, b.rs, kc, !pairs, line.data());
+        convert_run(path, b, base, b.rs, kc, !pairs, line.data());
         if (!pairs) {
           for (std::size_t t = 0; t < kc; ++t) panel[t * nr + c] = line[t];
         } else {
@@ -839,7 +860,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
       const bool last = pc + kc == K;
       for (std::size_t ic = m0; ic < m1; ic += bk.mc) {
         const std::size_t mc = std::min(bk.mc, m1 - ic);
-        pack_a(a, ic, mc, pc, kc, bk.mr, pairs, abuf.data());
+        pack_a(path, a, ic, mc, pc, kc, bk.mr, pairs, abuf.data());
         bool small_rows = false;
 #if XTPU_X86
         // fewer rows than a tile (batch-1 inference): all panels at once, 1..5 rows
@@ -871,11 +892,12 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
 
 /// Whether pass() computes c (M, N) = a b as c^T = b^T a^T: a narrow output (N under one
 /// panel of the path, the rest of its lanes padding) with rows enough to fill the lanes
-/// instead, when a's rows are not contiguous (a transposed tensor: a weight's gradient
+/// instead, when a is a transposed tensor (its columns contiguous: a weight's gradient
 /// x^T g), so that a^T packs as a straight conversion. (With contiguous rows the transposing
-/// pack costs more than the padding: measured.) Not on the bf16-pair path.
+/// pack costs more than the padding: measured.) Not on the bf16-pair path. The transposed
+/// product (N rows, M >= 2 nr columns) is never narrow itself.
 inline bool runs_transposed(isa path, const matrix_view& a, std::size_t M, std::size_t N) noexcept {
-  if (path == isa::avx512bf16 || a.cs == 1) return false;
+  if (path == isa::avx512bf16 || a.rs != 1 || a.cs == 1) return false;
   const std::size_t nr = blocking_of(path, N).nr;
   return N < nr && M >= 2 * nr;
 }
@@ -954,11 +976,38 @@ class packed_cache {
 
 }  // namespace detail
 
+namespace detail {
+/// pass() on the blocked kernels, as laid out (pass's arguments, M, N, K > 0).
+inline void pass_blocked(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M,
+                         std::size_t N, std::size_t K, isa path, int threads, const epilogue* ep,
+                         std::uint64_t b_version) {
+  const blocking bk = blocking_for(path);
+  // split the longer of M and N into whole micro-tiles; never split K
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  int t = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 2e6)));  // ~10 us of work each at least
+  const bool split_n = N / bk.nr >= M / bk.mr;
+  const std::size_t units = split_n ? (N + bk.nr - 1) / bk.nr : (M + bk.mr - 1) / bk.mr;
+  t = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(t, 1)), units));
+  std::shared_ptr<const std::vector<float>> packed;
+  if (b_version != 0) packed = packed_cache::instance().get({b.data, b_version, b.rs, b.cs, K, N, b.bf16, path}, b);
+  const float* pb = packed ? packed->data() : nullptr;
+  kernels::detail::thread_pool::instance().run(t, [&](int i) {
+    const std::size_t u0 = units * static_cast<std::size_t>(i) / static_cast<std::size_t>(t),
+                      u1 = units * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(t);
+    if (split_n)
+      pass_region(path, a, b, c, ldc, 0, M, u0 * bk.nr, std::min(N, u1 * bk.nr), K, N, ep, pb);
+    else
+      pass_region(path, a, b, c, ldc, u0 * bk.mr, std::min(M, u1 * bk.mr), 0, N, K, N, ep, pb);
+  });
+}
+}  // namespace detail
+
 /// c (M, N) f32 with row stride ldc = a (M, K) x b (K, N): one bf16 pass, DESIGN.md §4,
 /// on `path` with up to `threads` threads. The bits do not depend on either. `ep`, if given,
-/// runs on every finished block (by the thread that computed it).
+/// runs as the epilogue struct says.
 /// b_version: nonzero when b's values are identified by (b.data, b_version) — a tensor's
-/// storage version — so its packing may be cached (detail::packed_cache).
+/// storage version — so its packing may be cached (detail::packed_cache); a product that
+/// runs transposed (detail::runs_transposed) packs b as its left operand and caches nothing.
 inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M, std::size_t N,
                  std::size_t K, isa path, int threads, const epilogue* ep = nullptr, std::uint64_t b_version = 0) {
   if (M == 0 || N == 0) return;
@@ -967,37 +1016,17 @@ inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size
     if (ep) ep->fn(ep->ctx, 0, 0, M, N);
     return;
   }
-  if (detail::runs_transposed(path, a, M, N)) {
-    // c^T (N, M) = b^T a^T, then laid into c: M on the vector lanes instead of a panel
-    // mostly padding. Each element is the same fma chain over k in the same order (a product
-    // of two values is the same either way round): the same bits.
-    thread_local std::vector<float> ct;
-    ct.resize(N * M);
-    pass({b.data, b.bf16, b.cs, b.rs}, {a.data, a.bf16, a.cs, a.rs}, ct.data(), M, N, M, K, path, threads);
-    for (std::size_t i = 0; i < M; ++i)
-      for (std::size_t j = 0; j < N; ++j) c[i * ldc + j] = ct[j * M + i];
-    if (ep) ep->fn(ep->ctx, 0, 0, M, N);
-    return;
-  }
-  const detail::blocking bk = detail::blocking_for(path);
-  // split the longer of M and N into whole micro-tiles; never split K
-  const double flops = 2.0 * double(M) * double(N) * double(K);
-  int t = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 2e6)));  // ~10 us of work each at least
-  const bool split_n = N / bk.nr >= M / bk.mr;
-  const std::size_t units = split_n ? (N + bk.nr - 1) / bk.nr : (M + bk.mr - 1) / bk.mr;
-  t = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(t, 1)), units));
-  std::shared_ptr<const std::vector<float>> packed;
-  if (b_version != 0)
-    packed = detail::packed_cache::instance().get({b.data, b_version, b.rs, b.cs, K, N, b.bf16, path}, b);
-  const float* pb = packed ? packed->data() : nullptr;
-  kernels::detail::thread_pool::instance().run(t, [&](int i) {
-    const std::size_t u0 = units * static_cast<std::size_t>(i) / static_cast<std::size_t>(t),
-                      u1 = units * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(t);
-    if (split_n)
-      detail::pass_region(path, a, b, c, ldc, 0, M, u0 * bk.nr, std::min(N, u1 * bk.nr), K, N, ep, pb);
-    else
-      detail::pass_region(path, a, b, c, ldc, u0 * bk.mr, std::min(M, u1 * bk.mr), 0, N, K, N, ep, pb);
-  });
+  if (!detail::runs_transposed(path, a, M, N)) return detail::pass_blocked(a, b, c, ldc, M, N, K, path, threads, ep, b_version);
+  // c^T (N, M) = b^T a^T into a scratch (N * M floats, N under 16), then laid into c: M on the
+  // vector lanes instead of a panel mostly padding. Each element is the same fma chain over k
+  // in the same order (a product of two values is the same either way round): the same bits.
+  thread_local std::vector<float> ct;
+  ct.resize(N * M);
+  detail::pass_blocked({b.data, b.bf16, b.cs, b.rs}, {a.data, a.bf16, a.cs, a.rs}, ct.data(), M, N, M, K, path, threads,
+                       nullptr, 0);
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) c[i * ldc + j] = ct[j * M + i];
+  if (ep) ep->fn(ep->ctx, 0, 0, M, N);
 }
 
 /// Runs fn(batch, threads_for_it) for batches 0..n-1: whole batches on separate threads when
