@@ -10,6 +10,7 @@
 #include <cfenv>
 #include <cmath>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -466,6 +467,50 @@ TEST(Loops, MaxMinAndReluFollowTheOneNanAndTieRule) {
     out.insert(out.end(), hm.begin(), hm.end());
     return out;
   });
+}
+
+// Which of several equal candidates a max reduction returns: in each lane the first NaN (its
+// payload) or the first zero of a ±0 maximum, wherever the runs of a block's steps split the
+// lane (docs/numerics.md). Rows of 999 (a tail), 4096 and 20000 (two blocks); each lane holds
+// NaNs of distinct payloads or zeros of both signs at several steps, the other values negative.
+TEST(Reductions, MaxReturnsTheFirstNanAndTheFirstZeroOfEachLane) {
+  const auto max_rule = [](float x, float y) { return std::isnan(x) ? x : std::isnan(y) ? y : y > x ? y : x; };
+  const auto check = [&]<std::size_t Cols>(std::integral_constant<std::size_t, Cols>) {
+    constexpr std::size_t rows = 6;
+    std::vector<float> a(rows * Cols);
+    const auto r = values(rows * Cols, 11, 4.0f);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = -1.0f - std::fabs(r[i]);
+    std::mt19937 rng(static_cast<unsigned>(Cols));
+    for (std::size_t row = 0; row < rows; ++row)
+      for (int put = 0; put < 40; ++put) {  // rows 0-2: NaNs with their position as payload; 3-5: zeros
+        const std::size_t k = rng() % Cols;
+        a[row * Cols + k] = row < 3 ? std::bit_cast<float>(0x7FC00000u | static_cast<std::uint32_t>(row * Cols + k + 1))
+                                    : (rng() % 2 ? 0.0f : -0.0f);
+      }
+    auto x = xtpu::from_host<float, rows, Cols>(a);
+    every_path([&] {
+      xtpu::tensor<float, rows> m = xtpu::max<1>(x);
+      xtpu::mark_step();
+      const auto h = m.to_host();
+      for (std::size_t row = 0; row < rows; ++row) {  // the one-chain transcription: blocks, 16 lanes, fold
+        float total = -INFINITY;
+        for (std::size_t b0 = 0; b0 < Cols; b0 += 16384) {
+          float lane[16];
+          for (float& l : lane) l = -INFINITY;
+          for (std::size_t k = b0; k < std::min(Cols, b0 + 16384); ++k)
+            lane[(k - b0) % 16] = max_rule(lane[(k - b0) % 16], a[row * Cols + k]);
+          for (std::size_t hh = 8; hh >= 1; hh /= 2)
+            for (std::size_t l = 0; l < hh; ++l) lane[l] = max_rule(lane[l], lane[l + hh]);
+          total = max_rule(total, lane[0]);
+        }
+        EXPECT_EQ(bits(h(row)), bits(total)) << "cols " << Cols << " row " << row;
+      }
+      return std::vector<float>(h.begin(), h.end());
+    });
+  };
+  check(std::integral_constant<std::size_t, 999>{});
+  check(std::integral_constant<std::size_t, 4096>{});
+  check(std::integral_constant<std::size_t, 20000>{});
 }
 
 TEST(Reductions, SumOfMillionsIsCloseToFloat64) {

@@ -161,8 +161,25 @@ float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) 
     // stay in registers and the G packets of a step overlap
     [&]<std::size_t... Gs>(std::index_sequence<Gs...>) {
       V acc[G] = {(static_cast<void>(Gs), C::template identity<V>())...};
-      if (packets)
+      if (packets && Max) {
+        // four runs of the 16-value steps, one after another, each with its own accumulators,
+        // then each lane's four results folded in run order: four chains instead of one, the
+        // bits of the one chain, because max picks the first NaN, else the first value equal
+        // to the maximum — what folding consecutive runs in order picks too (docs/numerics.md)
+        const std::size_t steps = n / 16, q = steps / 4;
+        V r1[G] = {(static_cast<void>(Gs), C::template identity<V>())...}, r2[G] = {r1[Gs]...}, r3[G] = {r1[Gs]...};
+        for (std::size_t s = 0; s < q; ++s) {
+          ((acc[Gs] = C::step(acc[Gs], V(packet(16 * s + Gs * W)))), ...);
+          ((r1[Gs] = C::step(r1[Gs], V(packet(16 * (q + s) + Gs * W)))), ...);
+          ((r2[Gs] = C::step(r2[Gs], V(packet(16 * (2 * q + s) + Gs * W)))), ...);
+          ((r3[Gs] = C::step(r3[Gs], V(packet(16 * (3 * q + s) + Gs * W)))), ...);
+        }
+        for (std::size_t s = 4 * q; s < steps; ++s) ((r3[Gs] = C::step(r3[Gs], V(packet(16 * s + Gs * W)))), ...);
+        ((acc[Gs] = C::step(C::step(C::step(acc[Gs], r1[Gs]), r2[Gs]), r3[Gs])), ...);
+        k = 16 * steps;
+      } else if (packets) {
         for (; k + 16 <= n; k += 16) ((acc[Gs] = C::step(acc[Gs], V(packet(k + Gs * W)))), ...);
+      }
       (acc[Gs].store_unaligned(lane.data() + Gs * W), ...);
     }(std::make_index_sequence<G>{});
     for (; k < n; ++k) lane[k % 16] = C::step(lane[k % 16], value(k));
