@@ -380,20 +380,28 @@ TEST(Loops, TheProcessFloatingPointEnvironmentChangesNothing) {
 // ---- the reduction order of docs/numerics.md, transcribed independently ------------------------
 
 namespace {
-/// 16 lanes (lane l: values l, l+16, ... from -0), folded l with l+8, +4, +2, +1.
-float tree16(const std::vector<float>& v, std::size_t first, std::size_t n) {
-  float lane[16];
-  for (float& l : lane) l = -0.0f;
-  for (std::size_t k = 0; k < n; ++k) lane[k % 16] += v[first + k];
-  for (std::size_t h = 8; h >= 1; h /= 2)
-    for (std::size_t l = 0; l < h; ++l) lane[l] += lane[l + h];
-  return lane[0];
-}
-float canonical_sum(const std::vector<float>& v) {
-  float total = -0.0f;
-  for (std::size_t b = 0; b < v.size(); b += 16384) total += tree16(v, b, std::min<std::size_t>(16384, v.size() - b));
+/// v[0, n) reduced by `step` from `identity`: blocks of 16384 in order; in each, 16 lanes
+/// (lane l: values l, l+16, ...), folded l with l+8, +4, +2, +1.
+template <class Step>
+float canonical(const float* v, std::size_t n, float identity, Step step) {
+  float total = identity;
+  for (std::size_t b = 0; b < n; b += 16384) {
+    float lane[16];
+    for (float& l : lane) l = identity;
+    for (std::size_t k = b; k < std::min<std::size_t>(n, b + 16384); ++k) lane[(k - b) % 16] = step(lane[(k - b) % 16], v[k]);
+    for (std::size_t h = 8; h >= 1; h /= 2)
+      for (std::size_t l = 0; l < h; ++l) lane[l] = step(lane[l], lane[l + h]);
+    total = step(total, lane[0]);
+  }
   return total;
 }
+float canonical_sum(const std::vector<float>& v) {
+  return canonical(v.data(), v.size(), -0.0f, [](float a, float b) { return a + b; });
+}
+/// maximum's rule as eval/ops.hpp's header words it (not as ops.hpp computes it): a NaN operand
+/// wins, the first if both, else the larger, a tie (+0 against -0) keeping the first operand.
+float max_rule(float x, float y) { return std::isnan(x) ? x : std::isnan(y) ? y : y > x ? y : x; }
+float canonical_max(const float* v, std::size_t n) { return canonical(v, n, -INFINITY, max_rule); }
 }  // namespace
 
 TEST(Reductions, FollowTheDocumentedOrder) {
@@ -434,8 +442,7 @@ TEST(Loops, MaxMinAndReluFollowTheOneNanAndTieRule) {
     a[i] = i % 3 == 0 ? special[(i / 3) % 8] : r[i];
     b[i] = i % 3 == 0 ? special[(i / 24) % 8] : i % 3 == 1 ? a[i] : r[n + i];
   }
-  // the rule as the header words it (not as ops.hpp computes it)
-  const auto max_rule = [](float x, float y) { return std::isnan(x) ? x : std::isnan(y) ? y : y > x ? y : x; };
+  // the rules as the header words them (max_rule above)
   const auto min_rule = [](float x, float y) { return std::isnan(x) ? x : std::isnan(y) ? y : y < x ? y : x; };
   const auto relu_rule = [](float x) { return std::isnan(x) ? x : x > 0 ? x : 0.0f; };
   auto x = xtpu::from_host<float, rows, cols>(a);
@@ -454,14 +461,8 @@ TEST(Loops, MaxMinAndReluFollowTheOneNanAndTieRule) {
     }
     EXPECT_EQ(bad, 0u) << "first at " << first << ": " << (first < n ? a[first] : 0.0f) << ", " << (first < n ? b[first] : 0.0f);
     std::size_t bad_rows = 0;
-    for (std::size_t row = 0; row < rows; ++row) {  // the documented order (16 lanes, then l + 8, +4, +2, +1)
-      float lane[16];
-      for (float& l : lane) l = -INFINITY;
-      for (std::size_t k = 0; k < cols; ++k) lane[k % 16] = max_rule(lane[k % 16], a[row * cols + k]);
-      for (std::size_t h = 8; h >= 1; h /= 2)
-        for (std::size_t l = 0; l < h; ++l) lane[l] = max_rule(lane[l], lane[l + h]);
-      bad_rows += bits(hm(row)) != bits(lane[0]);
-    }
+    for (std::size_t row = 0; row < rows; ++row)  // the documented order
+      bad_rows += bits(hm(row)) != bits(canonical_max(a.data() + row * cols, cols));
     EXPECT_EQ(bad_rows, 0u);
     std::vector<float> out(hx.begin(), hx.end());
     out.insert(out.end(), hm.begin(), hm.end());
@@ -474,7 +475,6 @@ TEST(Loops, MaxMinAndReluFollowTheOneNanAndTieRule) {
 // lane (docs/numerics.md). Rows of 999 (a tail), 4096 and 20000 (two blocks); each lane holds
 // NaNs of distinct payloads or zeros of both signs at several steps, the other values negative.
 TEST(Reductions, MaxReturnsTheFirstNanAndTheFirstZeroOfEachLane) {
-  const auto max_rule = [](float x, float y) { return std::isnan(x) ? x : std::isnan(y) ? y : y > x ? y : x; };
   const auto check = [&]<std::size_t Cols>(std::integral_constant<std::size_t, Cols>) {
     constexpr std::size_t rows = 6;
     std::vector<float> a(rows * Cols);
@@ -492,19 +492,8 @@ TEST(Reductions, MaxReturnsTheFirstNanAndTheFirstZeroOfEachLane) {
       xtpu::tensor<float, rows> m = xtpu::max<1>(x);
       xtpu::mark_step();
       const auto h = m.to_host();
-      for (std::size_t row = 0; row < rows; ++row) {  // the one-chain transcription: blocks, 16 lanes, fold
-        float total = -INFINITY;
-        for (std::size_t b0 = 0; b0 < Cols; b0 += 16384) {
-          float lane[16];
-          for (float& l : lane) l = -INFINITY;
-          for (std::size_t k = b0; k < std::min(Cols, b0 + 16384); ++k)
-            lane[(k - b0) % 16] = max_rule(lane[(k - b0) % 16], a[row * Cols + k]);
-          for (std::size_t hh = 8; hh >= 1; hh /= 2)
-            for (std::size_t l = 0; l < hh; ++l) lane[l] = max_rule(lane[l], lane[l + hh]);
-          total = max_rule(total, lane[0]);
-        }
-        EXPECT_EQ(bits(h(row)), bits(total)) << "cols " << Cols << " row " << row;
-      }
+      for (std::size_t row = 0; row < rows; ++row)  // against the one-chain transcription
+        EXPECT_EQ(bits(h(row)), bits(canonical_max(a.data() + row * Cols, Cols))) << "cols " << Cols << " row " << row;
       return std::vector<float>(h.begin(), h.end());
     });
   };

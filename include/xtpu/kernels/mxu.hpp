@@ -155,34 +155,37 @@ __attribute__((target("avx512f"))) inline __m512i mxu_bits16(__m512i u) noexcept
   return _mm512_mask_mov_epi32(r, _mm512_cmplt_epi32_mask(mag, _mm512_set1_epi32(0x00800000)),
                                _mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0x80000000u))));
 }
+/// n <= 16 source values from element i (f32, or bf16 widened) as f32 bits, zero lanes past n
+/// (a zero converts to zero); no address past the n values is formed (n = 0: all zeros).
+__attribute__((target("avx512f"))) inline __m512i load16(const void* src, bool bf16, std::size_t i,
+                                                        std::size_t n = 16) noexcept {
+  if (n == 0) return _mm512_setzero_si512();
+  if (bf16) {
+    const std::uint16_t* from = static_cast<const std::uint16_t*>(src) + i;
+    alignas(32) std::uint16_t part[16];
+    if (n < 16) {
+      std::fill(std::copy_n(from, n, part), part + 16, std::uint16_t{0});
+      from = part;
+    }
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from))), 16);
+  }
+  const float* from = static_cast<const float*>(src) + i;
+  return n == 16 ? _mm512_loadu_si512(from)
+                 : _mm512_castps_si512(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), from));
+}
+
 /// n contiguous values from src (f32 or bf16) -> dst, converted; swap: in pair order.
 __attribute__((target("avx512f"))) inline void convert_run_avx512(const void* src, bool bf16, std::size_t n, bool swap,
                                                                  float* dst) noexcept {
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i u = bf16 ? _mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF),
-                                                     _mm512_maskz_cvtepu16_epi32(static_cast<__mmask16>(0xFFFF),
-                                                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(src) + i))),
-                                                     16)
-                           : _mm512_loadu_si512(static_cast<const float*>(src) + i);
-    __m512 v = _mm512_castsi512_ps(mxu_bits16(u));
+    __m512 v = _mm512_castsi512_ps(mxu_bits16(load16(src, bf16, i)));
     if (swap) v = _mm512_maskz_permute_ps(static_cast<__mmask16>(0xFFFF), v, 0xB1);  // 1,0,3,2,...
     _mm512_storeu_ps(dst + i, v);
   }
   if (!swap && i < n) {  // a short run (a narrow B row): one masked vector
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    __m512i u;
-    if (bf16) {
-      alignas(32) std::uint16_t tail[16] = {};
-      std::memcpy(tail, static_cast<const std::uint16_t*>(src) + i, (n - i) * sizeof(std::uint16_t));
-      u = _mm512_maskz_slli_epi32(static_cast<__mmask16>(0xFFFF),
-                                  _mm512_maskz_cvtepu16_epi32(static_cast<__mmask16>(0xFFFF),
-                                                              _mm256_load_si256(reinterpret_cast<const __m256i*>(tail))),
-                                  16);
-    } else {
-      u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, static_cast<const float*>(src) + i));
-    }
-    _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(mxu_bits16(u)));
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(mxu_bits16(load16(src, bf16, i, n - i))));
     return;
   }
   convert_scalar(src, bf16, 0, 1, i, n, swap, dst);
@@ -282,13 +285,8 @@ __attribute__((target("avx512f"))) inline void convert_transpose_avx512(const vo
   for (std::size_t y0 = 0; y0 < c16; y0 += 16)
     for (std::size_t x0 = 0; x0 < r16; x0 += 16) {
       __m512 r[16], t[16];
-      for (int k = 0; k < 16; ++k) {
-        const std::size_t i = (y0 + static_cast<std::size_t>(k)) * lds + x0;
-        const __m512i u =
-            Bf16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes + i * es))), 16)
-                 : _mm512_loadu_si512(bytes + i * es);
-        r[k] = _mm512_castsi512_ps(mxu_bits16(u));
-      }
+      for (int k = 0; k < 16; ++k)
+        r[k] = _mm512_castsi512_ps(mxu_bits16(load16(src, Bf16, (y0 + static_cast<std::size_t>(k)) * lds + x0)));
       for (int k = 0; k < 16; k += 2) {  // t[k], t[k+1]: rows k, k+1 interleaved within 128-bit lanes
         t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
         t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
@@ -389,27 +387,11 @@ template <bool Bf16>
 __attribute__((target("avx512f"))) inline void rows_to_panels_avx512(const void* src, std::size_t lds, std::size_t p0,
                                                                     std::size_t kc, std::size_t nc, std::size_t nr,
                                                                     std::size_t pstride, float* out) noexcept {
-  XTPU_ROWS_TO_PANELS(if (n == nr) {  // a whole panel row: plain loads
-    for (std::size_t j = 0; j < nr; j += 16) {
-      const __m512i u =
-          Bf16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(src) + i + j))), 16)
-               : _mm512_loadu_si512(static_cast<const float*>(src) + i + j);
-      _mm512_storeu_si512(dst + j, mxu_bits16(u));
-    }
-  } else for (std::size_t j = 0; j < nr; j += 16) {
-    const std::size_t m = j < n ? std::min<std::size_t>(16, n - j) : 0;
-    __m512i u = _mm512_setzero_si512();
-    if (m == 0) {
-      // a padding vector: no address past the row is formed
-    } else if constexpr (Bf16) {
-      alignas(32) std::uint16_t part[16] = {};
-      const std::uint16_t* from = static_cast<const std::uint16_t*>(src) + i + j;
-      if (m < 16) from = static_cast<const std::uint16_t*>(std::memcpy(part, from, m * sizeof(std::uint16_t)));
-      u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from))), 16);
-    } else {
-      u = _mm512_castps_si512(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << m) - 1u), static_cast<const float*>(src) + i + j));
-    }
-    _mm512_storeu_si512(dst + j, mxu_bits16(u));  // a zero lane stays zero
+  XTPU_ROWS_TO_PANELS(if (n == nr) {  // a whole panel row: whole vectors, no count per vector (measured faster)
+    for (std::size_t j = 0; j < nr; j += 16) _mm512_storeu_si512(dst + j, mxu_bits16(load16(src, Bf16, i + j)));
+  } else {
+    for (std::size_t j = 0; j < nr; j += 16)
+      _mm512_storeu_si512(dst + j, mxu_bits16(load16(src, Bf16, i + j, j < n ? std::min<std::size_t>(16, n - j) : 0)));
   })
 }
 /// nr a multiple of 8.
