@@ -126,12 +126,19 @@ TEST_F(Devices, MixingDevicesIsATypedErrorThatLosesNothing) {
   }
   EXPECT_EQ(xtpu::lazy::pending_statements(a), 1u);  // the failed statement left nothing behind
   EXPECT_EQ(xtpu::lazy::pending_statements(b), 0u);
+  // a tensor new to the step, numbered before the failure, is forgotten with the statement:
+  // the next new tensor takes its number, and each is wired to its own buffer
+  vec w = xtpu::from_host<float, N>(values(N, 5)), v = xtpu::from_host<float, N>(values(N, 6));
+  EXPECT_THROW(vec bad = w * z, xtpu::device_mismatch);
   vec ok = x + z.to(a);
+  vec vw = v - w;
   xtpu::mark_step();
   const auto hx = x.to_host(), hz = z.to_host(), hok = ok.to_host(), hp = p.to_host();
+  const auto hv = v.to_host(), hw = w.to_host(), hvw = vw.to_host();
   for (std::size_t i = 0; i < N; ++i) {
     ASSERT_EQ(hok(i), hx(i) + hz(i)) << i;
     ASSERT_EQ(hp(i), hx(i) + 1.0f) << i;
+    ASSERT_EQ(hvw(i), hv(i) - hw(i)) << i;
   }
 }
 

@@ -40,14 +40,21 @@ int unsupported_isa() {
 
 TEST_F(Recovery, OutOfMemoryThenDropATensorThenRetry) {
   xtpu::tensor<float, 1024, 256> x = xtpu::full<float, 1024, 256>(3.0f);  // 1 MiB
+  {
+    xtpu::tensor<float, 1024, 256> dropped = x + 0.0f;
+    xtpu::mark_step();
+  }  // its 1 MiB block is cached: the failed run takes it, and must give it back
   xtpu::mark_step();
   const std::uint64_t before = dev.bytes_in_use();
+  const std::size_t cached = dev.cached_bytes();
+  ASSERT_GE(cached, mib);
   xtpu::tensor<float, 1024, 256> y1 = x * 2.0f;
   std::optional<xtpu::tensor<float, 1024, 256>> y2{x + 1.0f};
   room_for(mib + mib / 2);  // one output fits, two do not
   for (int attempt = 0; attempt < 3; ++attempt) {
     EXPECT_THROW(xtpu::mark_step(), xtpu::out_of_memory);
     EXPECT_EQ(dev.bytes_in_use(), before) << "the failed run still holds memory";
+    EXPECT_EQ(dev.cached_bytes(), cached) << "the failed run lost a cached block";
     EXPECT_TRUE(y1.pending());
     EXPECT_EQ(xtpu::lazy::pending_statements(), 2u);
   }

@@ -135,25 +135,30 @@ class chip {
   /// use_bf16), or out_of_memory; freed blocks are kept for reuse (a caching allocator, like a
   /// TPU runtime's).
   void* allocate(std::size_t bytes, std::string_view what, std::size_t charged) {
-    const std::size_t block = block_size(bytes);
+    void* p = nullptr;
+    allocate_n(1, &bytes, &charged, what, &p);
+    return p;
+  }
+  /// allocate(bytes[i], what, charged[i]) for i in [0, n) under one lock (a step's outputs):
+  /// all of them into out, or none and what the first failing request would throw alone.
+  void allocate_n(std::size_t n, const std::size_t* bytes, const std::size_t* charged, std::string_view what, void** out) {
     {
       std::lock_guard lock(mu_);
-      const std::uint64_t cap = capacity(), now = in_use_.load(std::memory_order_relaxed);
-      if (now + charged > cap) throw out_of_memory(oom_message(charged, what, now, cap));
-      ++live_[charged];  // may throw: nothing is changed yet
-      ++live_count_;
-      in_use_.store(now + charged, std::memory_order_relaxed);
-      if (now + charged > peak_.load(std::memory_order_relaxed)) peak_.store(now + charged, std::memory_order_relaxed);
-      if (auto it = free_.find(block); it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        cached_bytes_ -= block;
-        return p;
+      std::size_t done = 0;
+      try {
+        for (; done < n; ++done) out[done] = take_locked(bytes[done], charged[done], what);
+      } catch (...) {
+        while (done-- > 0) untake_locked(out[done], bytes[done], charged[done]);
+        throw;
       }
     }
-    if (void* p = std::aligned_alloc(64, block)) return p;
-    deallocate_accounting(charged);
-    throw std::bad_alloc();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (out[i] || (out[i] = std::aligned_alloc(64, block_size(bytes[i])))) continue;
+      for (std::size_t j = 0; j < n; ++j)
+        if (out[j]) deallocate(out[j], bytes[j], charged[j]);
+        else deallocate_accounting(charged[j]);
+      throw std::bad_alloc();
+    }
   }
   void* allocate(std::size_t bytes, std::string_view what) { return allocate(bytes, what, bytes); }
   /// Gives back what allocate(bytes, what, charged) returned.
@@ -181,12 +186,38 @@ class chip {
 
  private:
   static std::size_t block_size(std::size_t bytes) noexcept { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
+  /// Charges one request (out_of_memory past the capacity, nothing changed) and returns a
+  /// cached block of its size, or null when the caller must allocate one. Holds mu_.
+  void* take_locked(std::size_t bytes, std::size_t charged, std::string_view what) {
+    const std::uint64_t cap = capacity(), now = in_use_.load(std::memory_order_relaxed);
+    if (now + charged > cap) throw out_of_memory(oom_message(charged, what, now, cap));
+    ++live_[charged];  // may throw: nothing is changed yet
+    ++live_count_;
+    in_use_.store(now + charged, std::memory_order_relaxed);
+    if (now + charged > peak_.load(std::memory_order_relaxed)) peak_.store(now + charged, std::memory_order_relaxed);
+    const std::size_t block = block_size(bytes);
+    if (auto it = free_.find(block); it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      cached_bytes_ -= block;
+      return p;
+    }
+    return nullptr;
+  }
+  /// Undoes take_locked (a batch that failed part way): the block goes back where it came from
+  /// (its vector's capacity still holds it). Holds mu_.
+  void untake_locked(void* p, std::size_t bytes, std::size_t charged) noexcept {
+    deallocate_accounting_locked(charged);
+    if (!p) return;
+    free_.find(block_size(bytes))->second.push_back(p);
+    cached_bytes_ += block_size(bytes);
+  }
   void deallocate_accounting(std::size_t bytes) noexcept {
     std::lock_guard lock(mu_);
     deallocate_accounting_locked(bytes);
   }
-  void deallocate_accounting_locked(std::size_t bytes) noexcept {
-    in_use_.fetch_sub(bytes, std::memory_order_relaxed);
+  void deallocate_accounting_locked(std::size_t bytes) noexcept {  // writers hold mu_: no read-modify-write needed
+    in_use_.store(in_use_.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed);
     if (auto it = live_.find(bytes); it != live_.end() && it->second > 0) --it->second;
     --live_count_;
   }
@@ -357,6 +388,10 @@ class device_buffer {
       : chip_(&c), data_(c.allocate(bytes, what, charged)), bytes_(bytes), charged_(charged),
         version_(next_version()) {}
   device_buffer(chip& c, std::size_t bytes, std::string_view what) : device_buffer(c, bytes, what, bytes) {}
+  /// Takes ownership of p, which c.allocate_n made for (bytes, charged).
+  struct adopt_t {};
+  device_buffer(adopt_t, chip& c, void* p, std::size_t bytes, std::size_t charged) noexcept
+      : chip_(&c), data_(p), bytes_(bytes), charged_(charged), version_(next_version()) {}
   device_buffer(device_buffer&& o) noexcept
       : chip_(o.chip_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)),
         charged_(std::exchange(o.charged_, 0)), version_(std::exchange(o.version_, 0)) {}
@@ -393,9 +428,15 @@ class device_buffer {
       data_ = nullptr;
     }
   }
-  static std::uint64_t next_version() noexcept {
+  static std::uint64_t next_version() noexcept {  // a thread takes 4096 numbers at a time: one atomic add per 4096
     static std::atomic<std::uint64_t> counter{0};
-    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+    constexpr std::uint64_t chunk = 4096;
+    thread_local std::uint64_t next = 0, end = 0;
+    if (next == end) {
+      next = counter.fetch_add(chunk, std::memory_order_relaxed) + 1;
+      end = next + chunk;
+    }
+    return next++;
   }
   chip* chip_ = nullptr;
   void* data_ = nullptr;

@@ -1,11 +1,13 @@
 // xtpu/fingerprint/hash.hpp — the constexpr structural hash behind every graph fingerprint.
 //
-// Provides: xtpu::detail::combine (a Merkle step over 64-bit words) and xtpu::op_tag, the
+// Provides: xtpu::detail::combine (a Merkle step over 64-bit words), detail::combine_run (the
+// same over a run-time array, for a step's key) and xtpu::op_tag, the
 // append-only numbering of operations. A fingerprint is built from op tags, dtype codes,
 // dims, op parameters and child fingerprints only — never from type names, typeid or
 // addresses — so g++ and clang++ agree, and so do two runs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
@@ -53,6 +55,21 @@ constexpr std::uint64_t extend(std::uint64_t h, std::initializer_list<std::uint6
 /// Order-sensitive combination of 64-bit words: combine({a, b}) != combine({b, a}).
 constexpr std::uint64_t combine(std::initializer_list<std::uint64_t> words) noexcept {
   return extend(0x9E3779B97F4A7C15ull ^ words.size(), words);
+}
+
+/// A run-time key over n words (a step's signature, which a cache hit also compares word for
+/// word): word i goes into lane i % 4 as lane = (lane ^ word) * odd constant — a bijection of
+/// the lane, one multiply per word — and the four lanes are mixed and combined at the end.
+/// Four chains of one multiply instead of one chain of combine_step's four: a long signature
+/// hashes at the multiplier's throughput. Order-sensitive; not a fingerprint (no avalanche per word).
+inline std::uint64_t combine_run(std::uint64_t seed, const std::uint64_t* words, std::size_t n) noexcept {
+  constexpr std::uint64_t k = 0x9E3779B97F4A7C15ull;
+  std::uint64_t h[4] = {seed, seed ^ 1, seed ^ 2, seed ^ 3};
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (std::size_t j = 0; j < 4; ++j) h[j] = (h[j] ^ words[i + j]) * k;
+  for (std::size_t j = 0; i < n; ++i, ++j) h[j] = (h[j] ^ words[i]) * k;
+  return combine({n, mix64(h[0]), mix64(h[1]), mix64(h[2]), mix64(h[3])});
 }
 
 }  // namespace detail

@@ -21,6 +21,7 @@
 // (settings::check_environment, run by the first step or tensor).
 #pragma once
 
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -72,6 +73,71 @@ inline void throw_not_readable(const void* owner) {
   throw sync_error("xtpu: this tensor is pending in another thread's step; call xtpu::mark_step() in "
                    "that thread before reading it here (one pending step per thread)");
 }
+
+/// A step's bookkeeping map from nonzero 64-bit keys (a storage's address, a scalar's origin)
+/// to 32-bit values given in increasing order: open addressing in a power-of-two table that
+/// stays allocated across steps, cleared in time proportional to its entries — a step looks up
+/// every leaf and scalar it records, and a node-based map allocated and freed one node each.
+class slot_map {
+ public:
+  /// The value of `key`, after inserting `value` for it if it had none; and whether it did.
+  std::pair<std::uint32_t, bool> try_emplace(std::uint64_t key, std::uint32_t value) {
+    if (2 * (used_.size() + 1) > table_.size()) grow();
+    for (std::size_t i = home(key);; i = (i + 1) & (table_.size() - 1)) {
+      cell& c = table_[i];
+      if (c.key == key) return {c.value, false};
+      if (c.key == 0) {
+        used_.push_back(static_cast<std::uint32_t>(i));  // may throw: nothing is changed yet
+        c = cell{key, value};
+        return {value, true};
+      }
+    }
+  }
+  void clear() noexcept {
+    for (std::uint32_t i : used_) table_[i].key = 0;
+    used_.clear();
+  }
+  /// Removes the entries whose value is `value` or more: the latest inserted (a failed record's).
+  /// No probe path of an earlier entry crosses a later one's cell (linear probing, no deletions,
+  /// growth re-places in insertion order), so emptying those cells keeps every other entry found.
+  void drop_from(std::uint32_t value) noexcept {
+    while (!used_.empty() && table_[used_.back()].value >= value) {
+      table_[used_.back()].key = 0;
+      used_.pop_back();
+    }
+  }
+
+ private:
+  struct cell {
+    std::uint64_t key = 0;
+    std::uint32_t value = 0;
+  };
+  std::size_t home(std::uint64_t key) const noexcept {  // Fibonacci hashing: the top bits of key * 2^64/phi
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  void place(const cell& c) noexcept {  // c.key absent, room reserved
+    std::size_t i = home(c.key);
+    while (table_[i].key != 0) i = (i + 1) & (table_.size() - 1);
+    table_[i] = c;
+    used_.push_back(static_cast<std::uint32_t>(i));
+  }
+  void grow() {
+    const std::size_t n = table_.empty() ? 64 : 2 * table_.size();
+    std::vector<cell> old;
+    old.reserve(used_.size());
+    for (std::uint32_t i : used_) old.push_back(table_[i]);
+    std::vector<cell> table(n);
+    std::vector<std::uint32_t> used;
+    used.reserve(n / 2);
+    table_.swap(table);
+    used_.swap(used);
+    shift_ = 64 - static_cast<unsigned>(std::countr_zero(n));
+    for (const cell& c : old) place(c);
+  }
+  std::vector<cell> table_;
+  std::vector<std::uint32_t> used_;  // the cells in use, in insertion order
+  unsigned shift_ = 64;
+};
 
 /// LRU cache of compiled plans, shared by all threads. XTPU_CACHE_SIZE entries (default 1024).
 class plan_cache {
@@ -243,8 +309,7 @@ class step {
     append_bits(stmts_.size(), [&](std::size_t i) { return outputs_[i] != nullptr; });
     append_bits(n_external_, [&](std::size_t x) { return donatable_[x] != 0; });
     signature_.push_back(chip_->serial());  // a plan is compiled for one device, as XLA's are
-    std::uint64_t key = static_cast<std::uint64_t>(op_tag::step);
-    for (auto w : signature_) key = combine_step(key, w);
+    const std::uint64_t key = combine_run(static_cast<std::uint64_t>(op_tag::step), signature_.data(), signature_.size());
 
     auto& cache = plan_cache::instance();
     std::shared_ptr<const plan> p = cache.find(key, signature_);
@@ -311,8 +376,8 @@ class step {
       scalars_.resize(s0);
       origins_.resize(s0);
       signature_.resize(g0);
-      if (n_external_ != x0) std::erase_if(externals_, [&](const auto& kv) { return kv.second >= x0; });
-      std::erase_if(scalar_slots_, [&](const auto& kv) { return kv.second >= s0; });
+      externals_.drop_from(x0);
+      scalar_slots_.drop_from(static_cast<std::uint32_t>(s0));
       n_external_ = x0;
       throw;
     }
@@ -331,7 +396,7 @@ class step {
   std::uint64_t scalar_slot(std::size_t i) {
     const std::uint64_t o = origins_[i];
     if (o == 0) return i;
-    return scalar_slots_.try_emplace(o, static_cast<std::uint32_t>(i)).first->second;
+    return scalar_slots_.try_emplace(o, static_cast<std::uint32_t>(i)).first;
   }
 
   /// Appends n bits (bit(i)) to the signature, 64 to a word: the key sees them exactly.
@@ -374,9 +439,9 @@ class step {
     const void* o = s.owner.load(std::memory_order_acquire);
     if (o == this) return step_output_code(s.producer);
     if (o != nullptr) throw_not_readable(o);
-    auto [it, inserted] = externals_.try_emplace(&s, n_external_);
+    const auto [x, inserted] = externals_.try_emplace(reinterpret_cast<std::uintptr_t>(&s), n_external_);
     if (inserted) ++n_external_;
-    return external_code(it->second);
+    return external_code(x);
   }
 
   void execute(const plan& p) {
@@ -385,16 +450,33 @@ class step {
     // 1. every allocation first: a throw here leaves the step pending and intact
     auto& buffers = buffers_;
     buffers.clear();
+    buffers.reserve(p.stmts.size());
+    req_of_.clear();
+    req_bytes_.clear();
+    req_charged_.clear();
     for (const auto& sp : p.stmts) {
       const statement& st = stmts_[sp.stmt];
       const kernel_desc& kd = st.kernels[st.n_kernels - 1];
       const std::size_t charge = hbm_charge(kd.bytes, kd.f32);
       // an input's buffer is taken when the loop runs — if it carries the charge this output
       // would (a float buffer made under use_bf16 does not become an int32 output's)
-      if (sp.donor >= 0 && leaves_[st.leaf_begin + static_cast<std::uint32_t>(sp.donor)]->buffer.charged() == charge)
+      if (sp.donor >= 0 && leaves_[st.leaf_begin + static_cast<std::uint32_t>(sp.donor)]->buffer.charged() == charge) {
+        req_of_.push_back(-1);
+      } else {
+        req_of_.push_back(static_cast<std::int32_t>(req_bytes_.size()));
+        req_bytes_.push_back(kd.bytes);
+        req_charged_.push_back(charge);
+      }
+    }
+    req_ptrs_.assign(req_bytes_.size(), nullptr);
+    chip_->allocate_n(req_bytes_.size(), req_bytes_.data(), req_charged_.data(), "step output", req_ptrs_.data());
+    for (const std::int32_t r : req_of_) {  // no throw from here on: buffers has room
+      if (r < 0) {
         buffers.emplace_back();
-      else
-        buffers.emplace_back(*chip_, kd.bytes, "step output", charge);
+      } else {
+        const auto k = static_cast<std::size_t>(r);
+        buffers.emplace_back(device_buffer::adopt_t{}, *chip_, req_ptrs_[k], req_bytes_[k], req_charged_[k]);
+      }
     }
     if (arena_.bytes() < p.arena_bytes) {
       arena_grown_ = true;
@@ -527,9 +609,9 @@ class step {
   std::vector<std::shared_ptr<storage>> leaves_;
   std::vector<double> scalars_;
   std::vector<std::uint64_t> origins_;                          // per scalar (recorder)
-  std::unordered_map<std::uint64_t, std::uint32_t> scalar_slots_;  // origin -> its first scalar
+  slot_map scalar_slots_;  // origin -> its first scalar
   std::vector<std::uint64_t> signature_;
-  std::unordered_map<const storage*, std::uint32_t> externals_;
+  slot_map externals_;  // storage address -> its external number
   std::uint32_t n_external_ = 0;
   // scratch, reused across steps
   std::vector<std::shared_ptr<storage>> outputs_;  // per statement, while a run is under way (null: dead)
@@ -546,6 +628,9 @@ class step {
   std::vector<std::uint32_t> inner_refs_;  // per statement: the step's own leaves holding its output
   std::vector<char> read_by_live_;         // per statement: a live later statement reads it
   std::vector<device_buffer> buffers_;
+  std::vector<std::int32_t> req_of_;                   // per live statement: its allocation request, -1 if donated
+  std::vector<std::size_t> req_bytes_, req_charged_;  // the step's output allocations (chip::allocate_n)
+  std::vector<void*> req_ptrs_;
   device_buffer arena_;
   bool arena_grown_ = false;  // this run replaced the arena
 };
