@@ -140,7 +140,9 @@ class chip {
     return p;
   }
   /// allocate(bytes[i], what, charged[i]) for i in [0, n) under one lock (a step's outputs):
-  /// all of them into out, or none and what the first failing request would throw alone.
+  /// all of them into out, or none (only peak_bytes_in_use keeps the failed part's high-water
+  /// mark) and the error one allocate after another would throw — out_of_memory counting the
+  /// batch's earlier requests as in use.
   void allocate_n(std::size_t n, const std::size_t* bytes, const std::size_t* charged, std::string_view what, void** out) {
     {
       std::lock_guard lock(mu_);

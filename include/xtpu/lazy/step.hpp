@@ -470,7 +470,7 @@ class step {
     }
     req_ptrs_.assign(req_bytes_.size(), nullptr);
     chip_->allocate_n(req_bytes_.size(), req_bytes_.data(), req_charged_.data(), "step output", req_ptrs_.data());
-    for (const std::int32_t r : req_of_) {  // no throw from here on: buffers has room
+    for (const std::int32_t r : req_of_) {  // no throw in this loop: buffers has room
       if (r < 0) {
         buffers.emplace_back();
       } else {
