@@ -5,7 +5,10 @@ set -euo pipefail
 
 packages=(
   g++ clang cmake ninja-build ccache pkg-config   # toolchains (g++ 12, clang++ 14)
-  libxtensor-dev libxsimd-dev libboost-dev          # the library's own dependencies
+  libxtensor-dev libxsimd-dev libboost-dev zlib1g-dev  # the library's own dependencies
+  nlohmann-json3-dev                                # checkpoints' safetensors headers
+  libcli11-dev dataset-fashion-mnist                # the examples' command lines; the demo's data
+  python3                                           # the checkpoint test's independent safetensors peer
   libgtest-dev libbenchmark-dev                     # tests and benchmarks
   libdnnl-dev libopenblas-dev libeigen3-dev          # the peers benchmarks/bench_matmul runs next to xtpu
   ocl-icd-opencl-dev opencl-c-headers                # what Debian's dnnl CMake config loads (only Recommended)

@@ -7,16 +7,14 @@
 // (both programs do the same), visited in order.
 // Usage: mlp_train sgd|adamw [windows]   prints "median <samples/s>" over `windows` windows of
 //        50 steps each, after 20 warm-up steps (the first compiles), and the last loss.
-// Data: $FASHION_DIR/train-images-idx3-ubyte and train-labels-idx1-ubyte (run.sh decompresses them).
+// Data: Fashion-MNIST by xtpu::data::fashion_mnist, from $FASHION_DIR (run.sh sets it), else
+// $XTPU_FASHION_MNIST or Debian's folder.
 #include <xtpu/xtpu.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,33 +36,22 @@ struct mlp {
 BOOST_HANA_ADAPT_STRUCT(mlp, fc1, fc2, head);
 
 namespace {
-std::vector<unsigned char> read_idx(const std::string& path, std::uint32_t magic, std::size_t header) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open " + path + " (set FASHION_DIR; run.sh prepares it)");
-  std::vector<unsigned char> b{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-  const auto be32 = [&](std::size_t at) {
-    return std::uint32_t{b.at(at)} << 24 | std::uint32_t{b.at(at + 1)} << 16 | std::uint32_t{b.at(at + 2)} << 8 | b.at(at + 3);
-  };
-  if (be32(0) != magic) throw std::runtime_error(path + ": not an idx file of the expected kind");
-  b.erase(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(header));
-  return b;
-}
-
 struct data {
   std::vector<xtpu::tensor<float, batch, in>> x;
   std::vector<xtpu::tensor<std::int32_t, batch>> y;
 };
 
+/// The first `batches` batches of the training set, in order, on the device.
 data load(const std::string& dir) {
-  const auto images = read_idx(dir + "/train-images-idx3-ubyte", 0x803, 16);
-  const auto labels = read_idx(dir + "/train-labels-idx1-ubyte", 0x801, 8);
-  if (images.size() < batches * batch * in || labels.size() < batches * batch) throw std::runtime_error("too few images");
+  const auto train = xtpu::data::fashion_mnist(xtpu::data::split::train, dir);
   data d;
   std::vector<float> px(batch * in);
   std::vector<std::int32_t> py(batch);
   for (std::size_t b = 0; b < batches; ++b) {
-    for (std::size_t i = 0; i < batch * in; ++i) px[i] = static_cast<float>(images[b * batch * in + i]) / 255.0f;
-    for (std::size_t i = 0; i < batch; ++i) py[i] = labels[b * batch + i];
+    for (std::size_t i = 0; i < batch; ++i) {
+      std::copy_n(train.x(b * batch + i).data(), in, px.data() + i * in);
+      py[i] = train.y(b * batch + i)[0];
+    }
     d.x.push_back(xtpu::from_host<float, batch, in>(px.data(), px.size()));
     d.y.push_back(xtpu::from_host<std::int32_t, batch>(py.data(), py.size()));
   }
@@ -92,7 +79,7 @@ int main(int argc, char** argv) try {
   const std::string which = argc > 1 ? argv[1] : "sgd";
   const int windows = argc > 2 ? std::max(1, std::atoi(argv[2])) : 7;
   const char* dir = std::getenv("FASHION_DIR");
-  const data d = load(dir ? dir : ".");
+  const data d = load(dir ? dir : xtpu::data::fashion_mnist_dir());
   mlp model = xtpu::nn::init<mlp>(/*seed*/ 0);
   if (which == "sgd") {
     xtpu::optim::sgd opt(model, {.lr = 0.05f});

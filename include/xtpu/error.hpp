@@ -36,6 +36,11 @@ class sync_error : public error {
 class checkpoint_error : public error {
   using error::error;
 };
+/// A data file could not be read: missing, not of its format, truncated or corrupt. The
+/// message names the file and the byte offset (of the uncompressed stream) where it went wrong.
+class data_error : public error {
+  using error::error;
+};
 /// A collective or a process group failed.
 class distributed_error : public error {
   using error::error;

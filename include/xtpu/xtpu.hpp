@@ -5,6 +5,10 @@
 #pragma once
 
 #include "xtpu/config.hpp"
+#include "xtpu/data/dataset.hpp"
+#include "xtpu/data/idx.hpp"
+#include "xtpu/data/loader.hpp"
+#include "xtpu/data/mnist.hpp"
 #include "xtpu/device/device.hpp"
 #include "xtpu/dtype/bf16.hpp"
 #include "xtpu/dtype/check.hpp"
@@ -25,6 +29,8 @@
 #include "xtpu/expr/node.hpp"
 #include "xtpu/expr/ops.hpp"
 #include "xtpu/fingerprint/hash.hpp"
+#include "xtpu/io/checkpoint.hpp"
+#include "xtpu/io/safetensors.hpp"
 #include "xtpu/kernels/cpu.hpp"
 #include "xtpu/kernels/cycle_model.hpp"
 #include "xtpu/kernels/intrinsics.hpp"

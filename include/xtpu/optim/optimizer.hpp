@@ -249,6 +249,7 @@ class adam_family {
   Options& options() noexcept { return o_; }
   const Options& options() const noexcept { return o_; }
   std::int64_t steps() const noexcept { return t_; }
+  std::int64_t& steps() noexcept { return t_; }  // settable: a checkpoint restores it
 
   void step() {
     ++t_;

@@ -1,0 +1,320 @@
+// xtpu/data/loader.hpp — batches of a dataset as device tensors, prepared ahead on a thread.
+//
+// Provides: loader<Batch, Dataset> (iterate it: `for (auto& [x, y] : loader)` runs one epoch;
+// x is tensor<XT, Batch, XD...>, y tensor<YT, Batch, YD...>), loader_options (shuffle, seed,
+// prefetch depth, rank and world for sharding, what to do with the last short batch),
+// loader_position (epoch, batch: where the next batch comes from, for checkpoints), and
+// batch<...> (x, y, real: how many samples are real, index, mask()).
+// Shape rule: the batch size is in the type, so a short batch cannot exist: the samples after
+// the last whole batch are left out (last_batch::drop, the default) or the batch is filled
+// with zeros and mask() tells which samples are real (last_batch::pad).
+// Order: epoch e's order is a Fisher-Yates shuffle of 0..N-1 driven by splitmix64 of (seed, e)
+// — the same on every machine, compiler and thread count; rank r of `world` takes positions
+// r, r + world, ... of it (N / world samples, the same count on every rank).
+// Prefetch: with prefetch = k > 0 a background thread copies the next k batches to the device
+// (TransferToDeviceTime) while the caller's step runs; the caller's waits are LoaderWaitTime.
+// Errors: config_error (world = 0, rank >= world); shape_error (a shard without one batch);
+// an exception while a batch is made (out_of_memory) reaches the caller at that batch, and
+// position() still names it, so iterating again retries it.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <iterator>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "xtpu/data/dataset.hpp"
+#include "xtpu/device/device.hpp"
+#include "xtpu/error.hpp"
+#include "xtpu/expr/generators.hpp"
+#include "xtpu/expr/ops.hpp"
+#include "xtpu/fingerprint/hash.hpp"
+#include "xtpu/lazy/tensor.hpp"
+#include "xtpu/metrics/metrics.hpp"
+#include "xtpu/settings.hpp"
+
+namespace xtpu::data {
+
+/// What happens to the samples after an epoch's last whole batch.
+enum class last_batch { drop, pad };
+
+struct loader_options {
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  std::size_t prefetch = 2;  // batches made ahead on a background thread; 0: on the caller's
+  std::size_t rank = 0;      // this process's shard, of `world`
+  std::size_t world = 1;
+  last_batch last = last_batch::drop;
+};
+
+/// Where the next batch comes from: batch `batch` of epoch `epoch`.
+struct loader_position {
+  std::uint64_t epoch = 0;
+  std::size_t batch = 0;
+  friend bool operator==(const loader_position&, const loader_position&) = default;
+};
+
+/// One batch on the device. `real` samples are real (Batch but in a padded last batch).
+template <std::size_t Batch, class XBatch, class YBatch>
+struct batch {
+  XBatch x;
+  YBatch y;
+  std::size_t real = Batch;
+  std::size_t index = 0;  // its number in the epoch
+  /// 1 for a real sample, 0 for padding: an expression (no transfer; the count is a run-time
+  /// scalar, so a padded batch does not compile a new step).
+  auto mask() const { return cast<float>(iota<std::int32_t, Batch>() < static_cast<std::int32_t>(real)); }
+  template <std::size_t I>
+  auto& get() & {
+    if constexpr (I == 0) return x; else return y;
+  }
+  template <std::size_t I>
+  const auto& get() const& {
+    if constexpr (I == 0) return x; else return y;
+  }
+};
+
+namespace detail {
+template <std::size_t B, class Sample>
+struct batched;
+template <std::size_t B, class T, std::size_t... D>
+struct batched<B, tensor<T, D...>> {
+  using type = tensor<T, B, D...>;
+};
+
+/// Epoch `epoch`'s order of n samples: 0..n-1, Fisher-Yates shuffled by splitmix64 of (seed,
+/// epoch) when `shuffle` (j = r mod (i + 1): a bias below 2^-32 for n < 2^32, and the same
+/// draw everywhere).
+inline std::vector<std::size_t> epoch_order(std::size_t n, bool shuffle, std::uint64_t seed, std::uint64_t epoch) {
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  if (!shuffle) return order;
+  std::uint64_t state = xtpu::detail::mix64(seed) ^ xtpu::detail::mix64(2 * epoch + 1);
+  for (std::size_t i = n; i > 1; --i) {
+    state += 0x9E3779B97F4A7C15ull;  // splitmix64's stream
+    const std::size_t j = static_cast<std::size_t>(xtpu::detail::mix64(state) % i);
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+}  // namespace detail
+
+template <std::size_t Batch, class Dataset>
+class loader {
+  using x_sample = typename Dataset::x_type;
+  using y_sample = typename Dataset::y_type;
+  using xt_t = typename x_sample::value_type;
+  using yt_t = typename y_sample::value_type;
+
+ public:
+  using x_batch = typename detail::batched<Batch, x_sample>::type;
+  using y_batch = typename detail::batched<Batch, y_sample>::type;
+  using batch_type = data::batch<Batch, x_batch, y_batch>;
+  static constexpr std::size_t batch_size = Batch;
+
+  /// Batches of `d` (kept by reference: it must outlive the loader) on this thread's current
+  /// device. config_error for rank >= world or world = 0; shape_error if the shard has no batch.
+  explicit loader(const Dataset& d, loader_options o = {}) : data_(d), opt_(o), device_(xtpu::device::current()) {
+    if (o.world == 0 || o.rank >= o.world) {
+      throw config_error("xtpu: loader: rank " + std::to_string(o.rank) + " of world " + std::to_string(o.world) +
+                         ": expected world >= 1 and rank in [0, world)");
+    }
+    shard_ = d.size() / o.world;
+    batches_ = o.last == last_batch::pad ? (shard_ + Batch - 1) / Batch : shard_ / Batch;
+    if (batches_ == 0) {
+      throw shape_error("xtpu: loader: " + std::to_string(d.size()) + " samples in " + std::to_string(o.world) +
+                        " shard(s) of " + std::to_string(shard_) + " make no whole batch of " + std::to_string(Batch) +
+                        " (use last_batch::pad, or a smaller batch)");
+    }
+  }
+  loader(const Dataset&&, loader_options = {}) = delete;  // a temporary dataset would die first
+  loader(const loader&) = delete;
+  loader& operator=(const loader&) = delete;
+  ~loader() { stop(); }
+
+  /// Batches in one epoch (of this rank's shard).
+  std::size_t batches_per_epoch() const noexcept { return batches_; }
+  /// Samples this rank visits in one epoch (before dropping the short batch).
+  std::size_t shard_size() const noexcept { return shard_; }
+  const loader_options& options() const noexcept { return opt_; }
+  /// Where the next batch comes from: the one after the batch the caller has now, or after a
+  /// whole epoch the next epoch's first. Save it with a checkpoint; epoch(e, b) resumes there.
+  loader_position position() const noexcept { return pos_.batch < batches_ ? pos_ : loader_position{pos_.epoch + 1, 0}; }
+  /// The next iteration starts at batch `first_batch` of epoch `e`.
+  loader& epoch(std::uint64_t e, std::size_t first_batch = 0) {
+    stop();
+    pos_ = {e, first_batch};
+    return *this;
+  }
+  /// The sample indices this rank visits in epoch e, in order (Batch per batch).
+  std::vector<std::size_t> order(std::uint64_t e) const {
+    const auto all = detail::epoch_order(data_.size(), opt_.shuffle, opt_.seed, e);
+    std::vector<std::size_t> mine(shard_);
+    for (std::size_t k = 0; k < shard_; ++k) mine[k] = all[opt_.rank + k * opt_.world];
+    return mine;
+  }
+
+  class iterator {
+   public:
+    using value_type = batch_type;
+    using difference_type = std::ptrdiff_t;
+    iterator() = default;
+    explicit iterator(loader* l) : l_(l) {}
+    batch_type& operator*() const { return *l_->current_; }
+    batch_type* operator->() const { return &*l_->current_; }
+    iterator& operator++() {
+      l_->advance();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    bool operator==(std::default_sentinel_t) const { return !l_->current_; }
+
+   private:
+    loader* l_ = nullptr;
+  };
+
+  /// Starts at position() — the rest of an epoch, or the next one — and delivers its first batch.
+  iterator begin() {
+    stop();
+    if (pos_.batch >= batches_) pos_ = {pos_.epoch + 1, 0};
+    order_ = order(pos_.epoch);
+    next_ = pos_.batch;
+    if (opt_.prefetch > 0) worker_ = std::thread([this, from = next_] { produce(from); });
+    advance();
+    return iterator(this);
+  }
+  std::default_sentinel_t end() const noexcept { return {}; }
+
+ private:
+  struct slot {
+    std::optional<batch_type> b;
+    std::exception_ptr err;
+  };
+
+  /// Batch b of the current epoch, copied to the device.
+  batch_type make(std::size_t b) {
+    const std::size_t first = b * Batch, real = std::min(Batch, shard_ - first);
+    constexpr std::size_t xs = Dataset::x_size, ys = Dataset::y_size;
+    stage_x_.assign(Batch * xs, xt_t{});  // padding: zeros
+    stage_y_.assign(Batch * ys, yt_t{});
+    for (std::size_t i = 0; i < real; ++i) {
+      const std::size_t s = order_[first + i];
+      std::memcpy(stage_x_.data() + i * xs, data_.x(s).data(), xs * sizeof(xt_t));
+      std::memcpy(stage_y_.data() + i * ys, data_.y(s).data(), ys * sizeof(yt_t));
+    }
+    xtpu::device_scope on(device_);
+    return batch_type{upload<x_batch>(stage_x_), upload<y_batch>(stage_y_), real, b};
+  }
+  template <class Tensor, class T>
+  static Tensor upload(const std::vector<T>& v) {
+    return [&]<std::size_t... D>(const tensor<T, D...>*) { return from_host<T, D...>(std::span<const T>(v)); }(
+        static_cast<const Tensor*>(nullptr));
+  }
+
+  /// The background thread: batches from..batches_ - 1, at most prefetch ahead of the caller.
+  void produce(std::size_t from) {
+    for (std::size_t b = from; b < batches_; ++b) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || queue_.size() < opt_.prefetch; });
+        if (stop_) return;
+      }
+      slot s;
+      try {
+        s.b.emplace(make(b));
+      } catch (...) {
+        s.err = std::current_exception();
+      }
+      const bool failed = s.err != nullptr;
+      {
+        std::lock_guard lock(mu_);
+        queue_.push_back(std::move(s));
+      }
+      cv_.notify_all();
+      if (failed) return;
+    }
+  }
+
+  /// The caller's next batch (or the end of the epoch); an error surfaces here, with pos_ on it.
+  void advance() {
+    current_.reset();
+    if (next_ >= batches_) {
+      stop();
+      pos_ = {pos_.epoch + 1, 0};
+      return;
+    }
+    static auto& waited = metrics::detail::registry::instance().metric("LoaderWaitTime");
+    const auto t0 = std::chrono::steady_clock::now();
+    slot s;
+    if (opt_.prefetch == 0) {
+      try {
+        s.b.emplace(make(next_));
+      } catch (...) {
+        s.err = std::current_exception();
+      }
+    } else {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty(); });
+      s = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      cv_.notify_all();
+    }
+    waited.add_sample(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+    pos_.batch = next_;
+    if (s.err) {
+      stop();
+      std::rethrow_exception(s.err);
+    }
+    current_ = std::move(s.b);
+    pos_.batch = ++next_;
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    queue_.clear();
+    stop_ = false;
+  }
+
+  const Dataset& data_;
+  loader_options opt_;
+  xtpu::device device_;
+  std::size_t shard_ = 0, batches_ = 0;
+  loader_position pos_;
+  std::vector<std::size_t> order_;  // this epoch's sample indices for this rank
+  std::size_t next_ = 0;            // the next batch to hand out
+  std::optional<batch_type> current_;
+  std::vector<xt_t> stage_x_;  // host staging, used by the one thread that makes batches
+  std::vector<yt_t> stage_y_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<slot> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace xtpu::data
+
+template <std::size_t Batch, class X, class Y>
+struct std::tuple_size<xtpu::data::batch<Batch, X, Y>> : std::integral_constant<std::size_t, 2> {};
+template <std::size_t I, std::size_t Batch, class X, class Y>
+struct std::tuple_element<I, xtpu::data::batch<Batch, X, Y>> {
+  using type = std::conditional_t<I == 0, X, Y>;
+};

@@ -1,0 +1,226 @@
+// xtpu/io/checkpoint.hpp — a model (and its optimizer, and where training was) in a safetensors file.
+//
+// Provides: io::save(path, model[, opt], info) and io::load(path, model[, opt]) -> info;
+// checkpoint_info (the training step, the loader's position, the user's own strings);
+// io::optimizer (what save and load take as an optimizer).
+// Layout: each parameter under its reflection name ("fc1.weight", nn::parameter_names), in
+// its own dtype (F32 or BF16); with an optimizer, each state tensor under "optimizer." + its
+// for_each_state name ("optimizer.fc1.weight.exp_avg", F32), and in __metadata__ the format
+// ("xtpu.checkpoint": "1"), "xtpu.step", "xtpu.loader.epoch", "xtpu.loader.batch", the
+// optimizer's step counters ("xtpu.optimizer.steps", and per parameter
+// "xtpu.optimizer.step_of" as a JSON list, for Adam's bias correction), and the user's keys as
+// given. xtpu's random numbers are counter-based (a seed and an index, nothing hidden), so the
+// seed and the step are all the random state there is. A run resumed from a checkpoint
+// continues bit for bit (tested).
+// Rule: load reads and checks the whole file first — every name the model (and optimizer)
+// has, with its dtype and shape, and no name it lacks — and changes nothing unless all fit.
+// Loading a model alone leaves a file's "optimizer." entries unread (a training checkpoint
+// serves inference, or a teacher).
+// Errors: checkpoint_error — safetensors_file's, and one message listing every difference:
+// `missing fc2.bias; fc1.weight is F32 (512, 784) in the file but BF16 (512, 784) in the
+// model; unexpected head.scale`.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "xtpu/data/loader.hpp"
+#include "xtpu/error.hpp"
+#include "xtpu/io/safetensors.hpp"
+#include "xtpu/lazy/tensor.hpp"
+#include "xtpu/nn/module.hpp"
+
+namespace xtpu::io {
+
+/// Where training was: saved with the tensors, returned by load.
+struct checkpoint_info {
+  std::int64_t step = 0;
+  data::loader_position loader{};
+  std::map<std::string, std::string> user{};  // the caller's own keys (not starting with "xtpu.")
+};
+
+namespace detail {
+inline constexpr const char* optimizer_prefix = "optimizer.";
+
+template <class T, std::size_t... D>
+std::vector<std::size_t> shape_of(const tensor<T, D...>&) {
+  return {D...};
+}
+
+/// Host copies of tensors and the records that point into them (kept alive together).
+struct staged {
+  std::vector<std::vector<std::byte>> owned;
+  std::vector<stored_tensor> records;
+  template <class T, std::size_t... D>
+  void add(const std::string& name, const tensor<T, D...>& t) {
+    const auto h = t.to_host();
+    const auto* p = reinterpret_cast<const std::byte*>(h.data());
+    owned.emplace_back(p, p + sizeof(T) * tensor<T, D...>::size);
+    records.push_back({name, safetensors_dtype_v<T>, {D...}, owned.back()});
+  }
+};
+
+/// Checks one expected tensor against the file; the difference, if any, joins `diffs`.
+template <class T, std::size_t... D>
+void check_entry(const safetensors_file& f, const std::string& name, std::vector<std::string>& diffs) {
+  const stored_tensor* s = f.find(name);
+  const std::vector<std::size_t> shape{D...};
+  if (s == nullptr) {
+    diffs.push_back("missing " + name);
+  } else if (s->dtype != safetensors_dtype_v<T> || s->shape != shape) {
+    diffs.push_back(name + " is " + s->dtype + " " + io::detail::shape_text(s->shape) + " in the file but " +
+                    safetensors_dtype_v<T> + " " + io::detail::shape_text(shape) + " in the model");
+  }
+}
+
+/// The value of a checked entry, as a tensor.
+template <class Tensor>
+Tensor value_of(const safetensors_file& f, const std::string& name) {
+  const stored_tensor& s = *f.find(name);
+  return [&]<class T, std::size_t... D>(const tensor<T, D...>*) {
+    std::vector<T> v(tensor<T, D...>::size);
+    std::memcpy(v.data(), s.bytes.data(), s.bytes.size());
+    return from_host<T, D...>(std::span<const T>(v));
+  }(static_cast<const typename Tensor::tensor_type*>(nullptr));
+}
+
+template <class Opt>
+concept counts_steps = requires(Opt& o) { o.step_of(std::size_t{0}); };
+}  // namespace detail
+
+/// What save and load take as an optimizer (optim::sgd, adam, adamw, or one like them).
+template <class Opt>
+concept optimizer = requires(Opt& o) {
+  o.step();
+  o.zero_grad();
+};
+
+namespace detail {
+
+inline std::string int_text(const std::map<std::string, std::string>& m, const std::string& key, const std::string& path) {
+  const auto it = m.find(key);
+  if (it == m.end()) io::detail::fail(path, "its __metadata__ has no '" + key + "'");
+  return it->second;
+}
+inline std::int64_t to_int(const std::string& text, const std::string& key, const std::string& path) {
+  try {
+    std::size_t used = 0;
+    const long long v = std::stoll(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  io::detail::fail(path, "__metadata__ '" + key + "' is '" + text + "', not an integer");
+}
+
+template <class Model, class Opt>
+void save_impl(const std::string& path, const Model& model, Opt* opt, const checkpoint_info& info) {
+  staged out;
+  nn::for_each_parameter(model, [&](const std::string& name, const auto& p) { out.add(name, p); });
+  std::map<std::string, std::string> meta = info.user;
+  meta["xtpu.checkpoint"] = "1";
+  meta["xtpu.step"] = std::to_string(info.step);
+  meta["xtpu.loader.epoch"] = std::to_string(info.loader.epoch);
+  meta["xtpu.loader.batch"] = std::to_string(info.loader.batch);
+  if constexpr (!std::is_same_v<Opt, void>) {
+    opt->for_each_state([&](const std::string& name, auto& t) { out.add(optimizer_prefix + name, t); });
+    if constexpr (counts_steps<Opt>) {
+      std::vector<std::int64_t> steps(nn::parameter_tensors_v<Model>);
+      for (std::size_t i = 0; i < steps.size(); ++i) steps[i] = opt->step_of(i);
+      meta["xtpu.optimizer.steps"] = std::to_string(opt->steps());
+      meta["xtpu.optimizer.step_of"] = nlohmann::json(steps).dump();
+    }
+  }
+  write_safetensors(path, out.records, meta);
+}
+
+template <class Model, class Opt>
+checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
+  const safetensors_file f = safetensors_file::read(path);
+  std::vector<std::string> diffs;
+  std::map<std::string, bool> expected;  // every name the model and optimizer have
+  nn::for_each_parameter(model, [&](const std::string& name, const auto& p) {
+    expected[name] = true;
+    [&]<class T, std::size_t... D>(const tensor<T, D...>&) { check_entry<T, D...>(f, name, diffs); }(p);
+  });
+  if constexpr (!std::is_same_v<Opt, void>) {
+    opt->for_each_state([&](const std::string& name, auto& t) {
+      expected[optimizer_prefix + name] = true;
+      [&]<class T, std::size_t... D>(const tensor<T, D...>&) { check_entry<T, D...>(f, optimizer_prefix + name, diffs); }(t);
+    });
+  }
+  for (const auto& t : f.tensors()) {
+    const bool optimizers = t.name.rfind(optimizer_prefix, 0) == 0;  // left alone when no optimizer is given
+    if (!expected.count(t.name) && (!optimizers || !std::is_same_v<Opt, void>)) diffs.push_back("unexpected " + t.name);
+  }
+  if (!diffs.empty()) {
+    std::string text;
+    for (const auto& d : diffs) text += (text.empty() ? "" : "; ") + d;
+    io::detail::fail(path, "does not fit: " + text);
+  }
+  const auto& meta = f.metadata();
+  checkpoint_info info;
+  info.step = to_int(int_text(meta, "xtpu.step", path), "xtpu.step", path);
+  info.loader.epoch = static_cast<std::uint64_t>(to_int(int_text(meta, "xtpu.loader.epoch", path), "xtpu.loader.epoch", path));
+  info.loader.batch = static_cast<std::size_t>(to_int(int_text(meta, "xtpu.loader.batch", path), "xtpu.loader.batch", path));
+  std::vector<std::int64_t> steps;
+  std::int64_t opt_steps = 0;
+  if constexpr (!std::is_same_v<Opt, void>) {
+    if constexpr (counts_steps<Opt>) {
+      const std::string list = int_text(meta, "xtpu.optimizer.step_of", path);
+      try {
+        steps = nlohmann::json::parse(list).get<std::vector<std::int64_t>>();
+      } catch (const nlohmann::json::exception& e) {
+        io::detail::fail(path, "__metadata__ 'xtpu.optimizer.step_of' is not a list of integers: " + std::string(e.what()));
+      }
+      if (steps.size() != nn::parameter_tensors_v<Model>)
+        io::detail::fail(path, "__metadata__ 'xtpu.optimizer.step_of' has " + std::to_string(steps.size()) +
+                                   " counts for " + std::to_string(nn::parameter_tensors_v<Model>) + " parameters");
+      opt_steps = to_int(int_text(meta, "xtpu.optimizer.steps", path), "xtpu.optimizer.steps", path);
+    }
+  }
+  for (const auto& [k, v] : meta)
+    if (k.rfind("xtpu.", 0) != 0) info.user[k] = v;
+  // everything fits: now assign (parameters first, so each master copy pairs with its parameter)
+  nn::for_each_parameter(model, [&](const std::string& name, auto& p) {
+    p = value_of<std::remove_cvref_t<decltype(p)>>(f, name);
+  });
+  if constexpr (!std::is_same_v<Opt, void>) {
+    opt->for_each_state([&](const std::string& name, auto& t) {
+      t = value_of<std::remove_cvref_t<decltype(t)>>(f, optimizer_prefix + name);
+    });
+    if constexpr (counts_steps<Opt>) {
+      for (std::size_t i = 0; i < steps.size(); ++i) opt->step_of(i) = steps[i];
+      opt->steps() = opt_steps;
+    }
+  }
+  return info;
+}
+}  // namespace detail
+
+/// Writes model's parameters (and info) to `path` as safetensors, atomically.
+template <class Model>
+void save(const std::string& path, const Model& model, const checkpoint_info& info = {}) {
+  detail::save_impl<Model, void>(path, model, nullptr, info);
+}
+/// The same, with the optimizer's state and step counters.
+template <class Model, optimizer Opt>
+void save(const std::string& path, const Model& model, Opt& opt, const checkpoint_info& info = {}) {
+  detail::save_impl(path, model, &opt, info);
+}
+/// Reads `path` into model (and opt): all or nothing; returns where training was.
+template <class Model>
+checkpoint_info load(const std::string& path, Model& model) {
+  return detail::load_impl<Model, void>(path, model, nullptr);
+}
+template <class Model, optimizer Opt>
+checkpoint_info load(const std::string& path, Model& model, Opt& opt) {
+  return detail::load_impl(path, model, &opt);
+}
+
+}  // namespace xtpu::io

@@ -1,0 +1,285 @@
+// Checkpoints: safetensors read from and written for an independent peer (tests/io/
+// safetensors_peer.py: Python's standard library and the published format), every truncation
+// and header damage a checkpoint_error (never a crash), writes that replace the file by a
+// rename, and model + optimizer checkpoints: a resumed run continues bit for bit, a model that
+// does not fit is told every difference and keeps its values.
+#include "files.hpp"
+#include "reference.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using namespace xtpu_test;
+using xtpu::bf16;
+using xtpu::tensor;
+
+namespace {
+namespace fs = std::filesystem;
+
+
+int peer(const std::string& verb, const std::string& path, bool quiet = false) {
+  const std::string cmd = "python3 " XTPU_SOURCE_DIR "/tests/io/safetensors_peer.py " + verb + " '" + path + "'" +
+                          (quiet ? " 2>/dev/null" : "");
+  return std::system(cmd.c_str());
+}
+
+template <class T>
+std::vector<T> values_of(const xtpu::io::stored_tensor& t) {
+  std::vector<T> v(t.bytes.size() / sizeof(T));
+  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+  return v;
+}
+
+/// The peer's tensors (safetensors_peer.py's EXPECTED), as xtpu writes them.
+void write_peer_tensors(const std::string& path, float first_w = 0.5f) {
+  const std::vector<float> w = {first_w, -1.0f, 2.25f, 0.0f, -0.0f, 1e-3f};
+  const std::vector<std::uint16_t> h = {0x3F80, 0xC040, 0x7FC0, 0x0001};
+  const std::int32_t n = -7;
+  const bool m[3] = {true, false, true};
+  const auto bytes = [](const auto* p, std::size_t n_bytes) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(p), n_bytes);
+  };
+  xtpu::io::write_safetensors(path,
+                              {{"w", "F32", {2, 3}, bytes(w.data(), 24)},
+                               {"h", "BF16", {4}, bytes(h.data(), 8)},
+                               {"n", "I32", {}, bytes(&n, 4)},
+                               {"m", "BOOL", {3}, bytes(m, 3)}},
+                              {{"who", "xtpu"}});
+}
+}  // namespace
+
+// ---- the format ---------------------------------------------------------------------------
+
+TEST(Safetensors, ReadsAFileFromAnIndependentWriter) {
+  const std::string path = scratch("from_python.safetensors").string();
+  ASSERT_EQ(peer("write", path), 0);
+  const auto f = xtpu::io::safetensors_file::read(path);
+  EXPECT_EQ(f.metadata().at("who"), "python");
+  ASSERT_EQ(f.tensors().size(), 4u);
+  const auto* w = f.find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->dtype, "F32");
+  EXPECT_EQ(w->shape, (std::vector<std::size_t>{2, 3}));
+  EXPECT_EQ(values_of<float>(*w), (std::vector<float>{0.5f, -1.0f, 2.25f, 0.0f, -0.0f, 1e-3f}));
+  EXPECT_EQ(values_of<std::uint16_t>(*f.find("h")), (std::vector<std::uint16_t>{0x3F80, 0xC040, 0x7FC0, 0x0001}));
+  EXPECT_EQ(f.find("n")->shape, std::vector<std::size_t>{});
+  EXPECT_EQ(values_of<std::int32_t>(*f.find("n")), std::vector<std::int32_t>{-7});
+  EXPECT_EQ(values_of<std::uint8_t>(*f.find("m")), (std::vector<std::uint8_t>{1, 0, 1}));
+}
+
+TEST(Safetensors, AFileXtpuWritesReadsInAnIndependentReader) {
+  const std::string path = scratch("from_xtpu.safetensors").string();
+  write_peer_tensors(path);
+  EXPECT_EQ(peer("check", path), 0);
+  write_peer_tensors(path, 0.75f);  // the check can fail
+  EXPECT_NE(peer("check", path, /*quiet*/ true), 0);
+}
+
+TEST(Safetensors, EveryTruncationAndHeaderDamageIsACheckpointError) {
+  const std::string path = scratch("whole.safetensors").string();
+  write_peer_tensors(path);
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> whole{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string cut = scratch("cut.safetensors").string();
+  for (std::size_t n = 0; n < whole.size(); ++n) {
+    std::ofstream(cut, std::ios::binary | std::ios::trunc).write(whole.data(), static_cast<std::streamsize>(n));
+    const std::string m = error_message<xtpu::checkpoint_error>([&] { xtpu::io::safetensors_file::read(cut); });
+    EXPECT_TRUE(has(m, "xtpu: checkpoint '" + cut + "'")) << "a prefix of " << n << " bytes: " << m;
+  }
+  // each byte of the header length and the JSON replaced by each of a few values: an error
+  // or a file that reads, never a crash (the sanitizer builds run this too)
+  std::uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | static_cast<unsigned char>(whole[static_cast<std::size_t>(i)]);
+  std::size_t errors = 0, tries = 0;
+  for (std::size_t at = 0; at < 8 + header; ++at) {
+    for (char v : {'\0', '"', '9', '[', '}', '\xff'}) {
+      std::vector<char> bad = whole;
+      if (bad[at] == v) continue;
+      bad[at] = v;
+      ++tries;
+      std::ofstream(cut, std::ios::binary | std::ios::trunc).write(bad.data(), static_cast<std::streamsize>(bad.size()));
+      try {
+        (void)xtpu::io::safetensors_file::read(cut);
+      } catch (const xtpu::checkpoint_error&) {
+        ++errors;
+      }
+    }
+  }
+  EXPECT_GT(2 * errors, tries);  // most are caught; the rest rename a tensor or change metadata
+  const std::string m = error_message<xtpu::checkpoint_error>([&] { xtpu::io::safetensors_file::read(scratch("none").string()); });
+  EXPECT_TRUE(has(m, "cannot open: No such file or directory")) << m;
+}
+
+TEST(Safetensors, AWriteReplacesTheFileByARenameAndAFailedOneLeavesIt) {
+  const std::string path = scratch("atomic.safetensors").string();
+  write_peer_tensors(path);
+  struct stat before{}, after{};
+  ASSERT_EQ(::stat(path.c_str(), &before), 0);
+  write_peer_tensors(path, 0.75f);
+  ASSERT_EQ(::stat(path.c_str(), &after), 0);
+  EXPECT_NE(before.st_ino, after.st_ino);  // a new file renamed over the old one, not rewritten in place
+  // a write that fails (two tensors of one name) leaves the last good file and no temporary
+  const float one = 1.0f;
+  const auto b = std::span<const std::byte>(reinterpret_cast<const std::byte*>(&one), 4);
+  const std::string m = error_message<xtpu::checkpoint_error>([&] {
+    xtpu::io::write_safetensors(path, {{"a", "F32", {}, b}, {"a", "F32", {}, b}});
+  });
+  EXPECT_TRUE(has(m, "the name 'a' is given twice")) << m;
+  EXPECT_EQ(values_of<float>(*xtpu::io::safetensors_file::read(path).find("w"))[0], 0.75f);
+  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path()))
+    EXPECT_FALSE(has(e.path().filename().string(), ".tmp.")) << e.path();
+  const std::string nowhere = scratch("no/such/dir/x.safetensors").string();
+  EXPECT_TRUE(has(error_message<xtpu::checkpoint_error>([&] { xtpu::io::write_safetensors(nowhere, {{"a", "F32", {}, b}}); }),
+                  "cannot create"));
+}
+
+// ---- models and optimizers ---------------------------------------------------------------------
+
+namespace {
+struct small_mlp {
+  xtpu::nn::linear<4, 8, bf16> fc1;  // bf16 parameters: the optimizer keeps f32 masters
+  xtpu::nn::linear<8, 3> head;
+  template <class X>
+  auto operator()(const X& x) const {
+    return head(xtpu::relu(xtpu::cast<float>(fc1(x))));
+  }
+};
+struct f32_mlp {  // small_mlp in f32
+  xtpu::nn::linear<4, 8> fc1;
+  xtpu::nn::linear<8, 3> head;
+};
+struct wider_mlp {  // fc1 has another shape; head has no bias but an extra parameter
+  xtpu::nn::linear<4, 6, bf16> fc1;
+  xtpu::nn::parameter<float, 3, 8> head_weight;
+  xtpu::nn::parameter<float, 3> scale;
+};
+}  // namespace
+BOOST_HANA_ADAPT_STRUCT(small_mlp, fc1, head);
+BOOST_HANA_ADAPT_STRUCT(f32_mlp, fc1, head);
+BOOST_HANA_ADAPT_STRUCT(wider_mlp, fc1, head_weight, scale);
+
+namespace {
+tensor<float, 16, 4> inputs() { return xtpu::random::normal<float, 16, 4>(11); }
+tensor<std::int32_t, 16> labels() {
+  return xtpu::cast<std::int32_t>(xtpu::random::uniform<float, 16>(12, 0.0f, 2.999f));
+}
+template <class Opt>
+void train(small_mlp& m, Opt& opt, int steps) {
+  const auto x = inputs();
+  const auto y = labels();
+  for (int s = 0; s < steps; ++s) {
+    auto loss = xtpu::nn::cross_entropy(m(x), y);
+    xtpu::backward(loss);
+    xtpu::optimizer_step(opt);
+  }
+}
+std::vector<std::vector<double>> values(small_mlp& m) {
+  std::vector<std::vector<double>> v;
+  xtpu::nn::for_each_parameter(m, [&](const std::string&, const auto& p) { v.push_back(host(p)); });
+  return v;
+}
+}  // namespace
+
+TEST(Checkpoint, AResumedRunContinuesBitForBit) {
+  small_mlp whole = xtpu::nn::init<small_mlp>(3);
+  xtpu::optim::adamw whole_opt(whole, {.lr = 1e-2f});
+  train(whole, whole_opt, 6);
+
+  const std::string path = scratch("mlp.safetensors").string();
+  {
+    small_mlp first = xtpu::nn::init<small_mlp>(3);
+    xtpu::optim::adamw opt(first, {.lr = 1e-2f});
+    train(first, opt, 3);
+    xtpu::io::save(path, first, opt, {.step = 3, .loader = {1, 2}, .user = {{"note", "three steps"}}});
+  }
+  const auto f = xtpu::io::safetensors_file::read(path);
+  std::vector<std::string> names;
+  for (const auto& t : f.tensors()) names.push_back(t.name + " " + t.dtype);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "fc1.weight BF16", "fc1.bias BF16", "head.weight F32", "head.bias F32",
+                       "optimizer.fc1.weight.exp_avg F32", "optimizer.fc1.weight.exp_avg_sq F32",
+                       "optimizer.fc1.weight.master F32", "optimizer.fc1.bias.exp_avg F32",
+                       "optimizer.fc1.bias.exp_avg_sq F32", "optimizer.fc1.bias.master F32",
+                       "optimizer.head.weight.exp_avg F32", "optimizer.head.weight.exp_avg_sq F32",
+                       "optimizer.head.bias.exp_avg F32", "optimizer.head.bias.exp_avg_sq F32"}));
+  EXPECT_EQ(f.metadata().at("xtpu.optimizer.step_of"), "[3,3,3,3]");
+
+  small_mlp resumed = xtpu::nn::init<small_mlp>(99);  // other values: the file must replace them
+  xtpu::optim::adamw opt(resumed, {.lr = 1e-2f});
+  const auto info = xtpu::io::load(path, resumed, opt);
+  EXPECT_EQ(info.step, 3);
+  EXPECT_EQ(info.loader, (xtpu::data::loader_position{1, 2}));
+  EXPECT_EQ(info.user, (std::map<std::string, std::string>{{"note", "three steps"}}));
+  EXPECT_EQ(opt.steps(), 3);
+  train(resumed, opt, 3);
+  EXPECT_EQ(values(resumed), values(whole));
+
+  // the model alone from the same file (the optimizer's entries are left for an optimizer):
+  // the same parameters, but a fresh optimizer runs another trajectory (the check can fail)
+  small_mlp cold = xtpu::nn::init<small_mlp>(99);
+  EXPECT_EQ(xtpu::io::load(path, cold).step, 3);
+  small_mlp three = xtpu::nn::init<small_mlp>(3);
+  xtpu::optim::adamw three_opt(three, {.lr = 1e-2f});
+  train(three, three_opt, 3);
+  EXPECT_EQ(values(cold), values(three));
+  xtpu::optim::adamw cold_opt(cold, {.lr = 1e-2f});
+  train(cold, cold_opt, 3);
+  EXPECT_NE(values(cold), values(whole));
+}
+
+TEST(Checkpoint, AModelThatDoesNotFitIsToldEveryDifferenceAndKeepsItsValues) {
+  const std::string path = scratch("fit.safetensors").string();
+  xtpu::io::save(path, xtpu::nn::init<small_mlp>(1));
+  wider_mlp other;
+  other.scale = xtpu::full<float, 3>(2.0f);
+  const auto before = host(other.scale);
+  const std::string m = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(path, other); });
+  EXPECT_TRUE(has(m, "xtpu: checkpoint '" + path + "': does not fit: ")) << m;
+  EXPECT_TRUE(has(m, "fc1.weight is BF16 (8, 4) in the file but BF16 (6, 4) in the model")) << m;
+  EXPECT_TRUE(has(m, "fc1.bias is BF16 (8) in the file but BF16 (6) in the model")) << m;
+  EXPECT_TRUE(has(m, "missing head_weight; missing scale")) << m;
+  EXPECT_TRUE(has(m, "unexpected head.weight; unexpected head.bias")) << m;
+  EXPECT_EQ(host(other.scale), before);
+  // a dtype that differs is named too, and the model keeps its values
+  f32_mlp f32 = xtpu::nn::init<f32_mlp>(2);
+  const auto w = host(f32.fc1.weight);
+  const std::string d = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(path, f32); });
+  EXPECT_TRUE(has(d, "does not fit: fc1.weight is BF16 (8, 4) in the file but F32 (8, 4) in the model; fc1.bias is "
+                     "BF16 (8) in the file but F32 (8) in the model")) << d;
+  EXPECT_FALSE(has(d, "head")) << d;
+  EXPECT_EQ(host(f32.fc1.weight), w);
+}
+
+TEST(Checkpoint, SgdMomentumAndAnF32ModelRoundTrip) {
+  small_mlp a = xtpu::nn::init<small_mlp>(5);
+  xtpu::optim::sgd opt(a, {.lr = 0.1f, .momentum = 0.9f});
+  train(a, opt, 2);
+  const std::string path = scratch("sgd.safetensors").string();
+  xtpu::io::save(path, a, opt, {.step = 2});
+  const auto f = xtpu::io::safetensors_file::read(path);
+  EXPECT_NE(f.find("optimizer.head.weight.momentum_buffer"), nullptr);
+  EXPECT_EQ(f.metadata().count("xtpu.optimizer.step_of"), 0u);  // SGD counts no steps
+  small_mlp b = xtpu::nn::init<small_mlp>(6);
+  xtpu::optim::sgd opt_b(b, {.lr = 0.1f, .momentum = 0.9f});
+  EXPECT_EQ(xtpu::io::load(path, b, opt_b).step, 2);
+  EXPECT_EQ(values(b), values(a));
+  train(a, opt, 2);
+  train(b, opt_b, 2);
+  EXPECT_EQ(values(b), values(a));
+  // the model alone, with an info held in a variable (not taken for an optimizer)
+  xtpu::io::checkpoint_info info{.step = 7};
+  info.user["run"] = "sgd";
+  xtpu::io::save(path, a, info);
+  small_mlp c = xtpu::nn::init<small_mlp>(7);
+  const auto got = xtpu::io::load(path, c);
+  EXPECT_EQ(got.step, 7);
+  EXPECT_EQ(got.user.at("run"), "sgd");
+  EXPECT_EQ(values(c), values(a));
+}
+
