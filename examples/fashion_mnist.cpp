@@ -8,16 +8,20 @@
 // Self-checking: exits non-zero unless test accuracy is at least 84 % and no step compiled
 // again after the first two (the first compiles one plan more: its optimizer state is zeros).
 // At the end it saves the model, the optimizer and the loader's position as a safetensors
-// checkpoint beside the program; --resume loads it and trains --epochs more from there.
-// Usage: fashion_mnist [--epochs N] [--data DIR] [--seed S] [--lr LR] [--checkpoint FILE] [--resume]
+// checkpoint beside the program; --resume loads it and trains --epochs more from there. The loss
+// every 10 steps and each run's test accuracy go to a JSON-lines log beside it
+// (scripts/plot_fashion_mnist.py draws the curve).
+// Usage: fashion_mnist [--epochs N] [--data DIR] [--seed S] [--lr LR] [--checkpoint FILE] [--resume] [--log FILE]
 #include <xtpu/xtpu.hpp>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -52,7 +56,9 @@ int main(int argc, char** argv) {
   std::string dir = xtpu::data::fashion_mnist_dir();
   std::uint64_t seed = 0;
   float lr = 2e-3f;
-  std::string checkpoint = (std::filesystem::canonical("/proc/self/exe").parent_path() / "fashion_mnist.safetensors").string();
+  const auto here = std::filesystem::canonical("/proc/self/exe").parent_path();
+  std::string checkpoint = (here / "fashion_mnist.safetensors").string();
+  std::string log_path = (here / "fashion_mnist.jsonl").string();
   bool resume = false;
   app.add_option("--epochs", epochs, "passes over the 60,000 training images")->check(CLI::Range(1, 1000));
   app.add_option("--data", dir, "folder of the IDX files (Debian's dataset-fashion-mnist)")->capture_default_str();
@@ -60,6 +66,8 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "AdamW's peak learning rate (cosine decay to 0 over the run)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--checkpoint", checkpoint, "where the trained model is saved (safetensors)")->capture_default_str();
   app.add_flag("--resume", resume, "start from --checkpoint: model, optimizer, step and loader position");
+  app.add_option("--log", log_path, "JSON lines: loss every 10 steps, test accuracy per run (appended on --resume); "
+                 "scripts/plot_fashion_mnist.py draws them")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const auto train = xtpu::data::fashion_mnist(xtpu::data::split::train, dir);
@@ -74,7 +82,7 @@ int main(int argc, char** argv) {
   if (resume) {
     const auto info = xtpu::io::load(checkpoint, model, opt);  // all or nothing: checked against mlp's types
     step = static_cast<std::size_t>(info.step);
-    loader.epoch(info.loader.epoch, info.loader.batch);
+    loader.resume(info.loader);  // config_error if the checkpoint's loader had another order
     std::printf("fashion_mnist: resumed from %s at step %zu (epoch %llu, batch %zu)\n", checkpoint.c_str(), step,
                 static_cast<unsigned long long>(info.loader.epoch) + 1, info.loader.batch);
   }
@@ -84,6 +92,7 @@ int main(int argc, char** argv) {
               train.size(), test.size(), dir.c_str(), xtpu::nn::parameter_count_v<mlp>, static_cast<double>(lr), batch,
               xtpu::device::current().name().c_str(), xtpu::kernels::num_threads());
 
+  std::ofstream log(log_path, resume ? std::ios::app : std::ios::trunc);
   const bool terminal = isatty(fileno(stdout)) != 0;
   // this run: `epochs` passes from the loader's position; the learning rate falls from lr to 0
   // over them (a resumed run starts a new cosine cycle)
@@ -103,6 +112,10 @@ int main(int argc, char** argv) {
       if (done == 2) {  // the first step compiles one plan more (its optimizer state starts as zeros)
         compiles_after_warmup = xtpu::metrics::counter("UncachedCompile");
         t0 = clock_type::now();
+      }
+      if (done % 10 == 0 || done == total) {  // after the step: reading the loss adds no graph
+        log << nlohmann::json{{"step", step}, {"epoch", epoch + 1}, {"loss", loss.item()}, {"lr", opt.options().lr}}
+            << "\n";
       }
       if (done > 2 && (done % (terminal ? 10 : 100) == 0 || done == total)) {
         const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -131,9 +144,11 @@ int main(int argc, char** argv) {
               "compiled after the first two: %s\n",
               step, total, static_cast<double>((total - 2) * batch) / train_secs, 100 * accuracy,
               compiled_once ? "none" : "SOME");
+  log << nlohmann::json{{"step", step}, {"test_accuracy", accuracy}} << std::endl;
   xtpu::io::save(checkpoint, model, opt, {.step = static_cast<std::int64_t>(step), .loader = loader.position()});
-  std::printf("fashion_mnist: saved the model, the optimizer and the loader's position to %s (--resume goes on from it)\n",
-              checkpoint.c_str());
+  std::printf("fashion_mnist: saved the model, the optimizer and the loader's position to %s (--resume goes on from it); "
+              "the loss log to %s\n",
+              checkpoint.c_str(), log_path.c_str());
   std::cout << xtpu::metrics::report();
   const bool ok = accuracy >= 0.84 && compiled_once;
   std::puts(ok ? "fashion_mnist: OK" : "fashion_mnist: FAILED (accuracy below 84 %, or a step compiled after warm-up)");

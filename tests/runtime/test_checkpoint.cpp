@@ -116,6 +116,23 @@ TEST(Safetensors, EveryTruncationAndHeaderDamageIsACheckpointError) {
   EXPECT_TRUE(has(m, "cannot open: No such file or directory")) << m;
 }
 
+TEST(Safetensors, SizesThatAreNotWholeNumbersOrOverflowAreErrors) {
+  const std::string path = scratch("shapes.safetensors").string();
+  const auto file = [&](const std::string& shape, const std::string& offsets, std::size_t data) {
+    std::string header = R"({"t":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":)" + offsets + "}}";
+    header.append((8 - header.size() % 8) % 8, ' ');
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>(header.size() >> (8 * i));
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes << header << std::string(data, '\0');
+    return error_message<xtpu::checkpoint_error>([&] { xtpu::io::safetensors_file::read(path); });
+  };
+  EXPECT_TRUE(has(file("[-1,-1]", "[0,4]", 4), "'t' has shape [-1,-1]: expected a list of whole numbers >= 0"));
+  EXPECT_TRUE(has(file("[2.7]", "[0,8]", 8), "'t' has shape [2.7]"));
+  EXPECT_TRUE(has(file("[4611686018427387904,4]", "[0,0]", 0), "'t' is F32 (4611686018427387904, 4): more bytes than the 0 of data"));
+  EXPECT_TRUE(has(file("[1]", "[0,-4]", 4), "'t' has data_offsets [0,-4]"));
+  EXPECT_EQ(file("[2]", "[0,8]", 8), "");
+}
+
 TEST(Safetensors, AWriteReplacesTheFileByARenameAndAFailedOneLeavesIt) {
   const std::string path = scratch("atomic.safetensors").string();
   write_peer_tensors(path);
@@ -132,6 +149,13 @@ TEST(Safetensors, AWriteReplacesTheFileByARenameAndAFailedOneLeavesIt) {
   });
   EXPECT_TRUE(has(m, "the name 'a' is given twice")) << m;
   EXPECT_EQ(values_of<float>(*xtpu::io::safetensors_file::read(path).find("w"))[0], 0.75f);
+  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path()))
+    EXPECT_FALSE(has(e.path().filename().string(), ".tmp.")) << e.path();
+  // a write whose rename fails (the target is a folder) leaves no temporary and the folder
+  const std::string folder = scratch("a_folder").string();
+  fs::create_directories(folder);
+  EXPECT_TRUE(has(error_message<xtpu::checkpoint_error>([&] { write_peer_tensors(folder); }), "cannot rename"));
+  EXPECT_TRUE(fs::is_directory(folder));
   for (const auto& e : fs::directory_iterator(fs::path(path).parent_path()))
     EXPECT_FALSE(has(e.path().filename().string(), ".tmp.")) << e.path();
   const std::string nowhere = scratch("no/such/dir/x.safetensors").string();
@@ -215,6 +239,7 @@ TEST(Checkpoint, AResumedRunContinuesBitForBit) {
   const auto info = xtpu::io::load(path, resumed, opt);
   EXPECT_EQ(info.step, 3);
   EXPECT_EQ(info.loader, (xtpu::data::loader_position{1, 2}));
+  EXPECT_EQ(info.loader.order, "");  // none was saved
   EXPECT_EQ(info.user, (std::map<std::string, std::string>{{"note", "three steps"}}));
   EXPECT_EQ(opt.steps(), 3);
   train(resumed, opt, 3);
@@ -231,6 +256,62 @@ TEST(Checkpoint, AResumedRunContinuesBitForBit) {
   xtpu::optim::adamw cold_opt(cold, {.lr = 1e-2f});
   train(cold, cold_opt, 3);
   EXPECT_NE(values(cold), values(whole));
+}
+
+TEST(Checkpoint, ASaveBeforeTheFirstStepOrAfterAnAssignmentResumesToo) {
+  // bf16 parameters whose master copies do not exist yet (step 0), or were replaced by an
+  // assignment since the optimizer's last write: the file holds the weight the next update
+  // would start from, so the resumed run is the uninterrupted one
+  for (const bool assign : {false, true}) {
+    small_mlp whole = xtpu::nn::init<small_mlp>(3);
+    xtpu::optim::adamw whole_opt(whole, {.lr = 1e-2f});
+    if (assign) {
+      train(whole, whole_opt, 2);
+      whole.fc1.bias = xtpu::full<bf16, 8>(bf16(0.5f));
+    }
+    const std::string path = scratch("early.safetensors").string();
+    xtpu::io::save(path, whole, whole_opt);
+    small_mlp resumed = xtpu::nn::init<small_mlp>(99);
+    xtpu::optim::adamw opt(resumed, {.lr = 1e-2f});
+    xtpu::io::load(path, resumed, opt);
+    train(whole, whole_opt, 3);
+    train(resumed, opt, 3);
+    EXPECT_EQ(values(resumed), values(whole)) << (assign ? "after an assignment" : "at step 0");
+  }
+}
+
+TEST(Checkpoint, AFileWithoutXtpusMetadataLoadsItsTensorsAndOurKeysAreOurs) {
+  // a state_dict as torch's safetensors writes it: the tensors, no __metadata__
+  small_mlp a = xtpu::nn::init<small_mlp>(4);
+  std::vector<std::vector<std::byte>> owned;
+  std::vector<xtpu::io::stored_tensor> records;
+  xtpu::nn::for_each_parameter(a, [&](const std::string& name, const auto& p) {
+    using T = typename std::remove_cvref_t<decltype(p)>::value_type;
+    const auto h = p.to_host();
+    const auto* b = reinterpret_cast<const std::byte*>(h.data());
+    owned.emplace_back(b, b + sizeof(T) * h.size());
+    records.push_back({name, xtpu::io::safetensors_dtype_v<T>, {h.shape().begin(), h.shape().end()}, owned.back()});
+  });
+  const std::string path = scratch("plain.safetensors").string();
+  xtpu::io::write_safetensors(path, records);
+  small_mlp b = xtpu::nn::init<small_mlp>(5);
+  const auto info = xtpu::io::load(path, b);
+  EXPECT_EQ(info.step, 0);
+  EXPECT_EQ(values(b), values(a));
+  const std::string m = error_message<xtpu::checkpoint_error>(
+      [&] { xtpu::io::save(path, a, {.user = {{"xtpu.step", "9"}}}); });
+  EXPECT_TRUE(has(m, "the user key 'xtpu.step' starts with 'xtpu.'")) << m;
+  // an optimizer of another kind: its state's names differ, and nothing changes
+  xtpu::optim::sgd sgd(a, {.lr = 0.1f, .momentum = 0.9f});
+  train(a, sgd, 1);
+  xtpu::io::save(path, a, sgd);
+  small_mlp c = xtpu::nn::init<small_mlp>(6);
+  const auto before = values(c);
+  xtpu::optim::adamw adamw(c, {.lr = 1e-2f});
+  const std::string d = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(path, c, adamw); });
+  EXPECT_TRUE(has(d, "missing optimizer.fc1.weight.exp_avg")) << d;
+  EXPECT_TRUE(has(d, "unexpected optimizer.fc1.weight.momentum_buffer")) << d;
+  EXPECT_EQ(values(c), before);
 }
 
 TEST(Checkpoint, AModelThatDoesNotFitIsToldEveryDifferenceAndKeepsItsValues) {
@@ -273,13 +354,15 @@ TEST(Checkpoint, SgdMomentumAndAnF32ModelRoundTrip) {
   train(b, opt_b, 2);
   EXPECT_EQ(values(b), values(a));
   // the model alone, with an info held in a variable (not taken for an optimizer)
-  xtpu::io::checkpoint_info info{.step = 7};
+  xtpu::io::checkpoint_info info{.step = 7, .loader = {.epoch = 2, .batch = 5, .order = "40 samples, batch 4"}};
   info.user["run"] = "sgd";
   xtpu::io::save(path, a, info);
   small_mlp c = xtpu::nn::init<small_mlp>(7);
   const auto got = xtpu::io::load(path, c);
   EXPECT_EQ(got.step, 7);
   EXPECT_EQ(got.user.at("run"), "sgd");
+  EXPECT_EQ(got.loader, (xtpu::data::loader_position{2, 5}));
+  EXPECT_EQ(got.loader.order, "40 samples, batch 4");  // for loader::resume to check
   EXPECT_EQ(values(c), values(a));
 }
 

@@ -119,15 +119,28 @@ TEST(Idx, EachBadFileIsADataErrorNamingTheFileAndTheOffset) {
 
   auto cut = small_images();  // header 16 bytes + 12 of data: keep 5 of the data
   cut.resize(21);
-  for (const auto& path : {write_plain("cut.idx", cut), write_gzip("cut.idx.gz", cut)}) {
-    m = error_message<xtpu::data_error>([&] { xtpu::data::read_idx<std::uint8_t>(path); });
-    EXPECT_TRUE(has(m, "'" + path + "' ends at offset 21: the data needs 12 bytes from offset 16")) << m;
-  }
+  // a plain file's length is checked against its header before anything is allocated
+  const std::string cut_plain = write_plain("cut.idx", cut), cut_gz = write_gzip("cut.idx.gz", cut);
+  m = error_message<xtpu::data_error>([&] { xtpu::data::read_idx<std::uint8_t>(cut_plain); });
+  EXPECT_TRUE(has(m, "'" + cut_plain + "' is 21 bytes, but its header promises 28 (12 bytes of data from offset 16)")) << m;
+  m = error_message<xtpu::data_error>([&] { xtpu::data::read_idx<std::uint8_t>(cut_gz); });
+  EXPECT_TRUE(has(m, "'" + cut_gz + "' ends at offset 21: the data needs 12 bytes from offset 16")) << m;
 
   auto longer = small_images();
   longer.push_back(1);
   m = error_message<xtpu::data_error>([&] { xtpu::data::read_idx<std::uint8_t>(write_plain("long.idx", longer)); });
+  EXPECT_TRUE(has(m, "is 29 bytes, but its header promises 28")) << m;
+  m = error_message<xtpu::data_error>([&] { xtpu::data::read_idx<std::uint8_t>(write_gzip("long.idx.gz", longer)); });
   EXPECT_TRUE(has(m, "has bytes after its data, from offset 28")) << m;
+
+  // sizes whose product would overflow 64 bits (2^20 x 2^20 x 2^24 = 2^64) or pass 2^40 bytes:
+  // refused at the dimension that passes, before any product or allocation
+  for (const auto& [dims, at] : std::vector<std::pair<std::vector<std::uint32_t>, int>>{
+           {{1u << 10, 1u << 10, 1u << 24}, 12}, {{1u << 31, 1u << 31}, 8}, {{1u << 20, 1u << 20, 1u << 24}, 8}}) {
+    const std::string huge = write_gzip("huge.idx.gz", idx_bytes(0x0D, dims, {}));
+    m = error_message<xtpu::data_error>([&] { xtpu::data::read_idx<float>(huge); });
+    EXPECT_TRUE(has(m, "at offset " + std::to_string(at) + ": the data would pass 2^40 bytes")) << m;
+  }
 
   // a gzip stream with its deflate data damaged: zlib's own message, after a named offset
   std::vector<unsigned char> big(64 * 1024);
@@ -337,7 +350,7 @@ TEST(Loader, BreakingOffAndResumingFromAPositionContinuesTheSameSequence) {
   }
   EXPECT_EQ(saved, (xtpu::data::loader_position{0, 4}));
   loader4 resumed(d, {.seed = 5, .prefetch = 3});  // a new process, from the checkpoint
-  resumed.epoch(saved.epoch, saved.batch);
+  resumed.resume(saved);
   while (got.size() < expected.size())
     for (auto& v : labels_of_pass(resumed)) got.push_back(v);
   EXPECT_EQ(got, expected);
@@ -353,6 +366,64 @@ TEST(Loader, BreakingOffAndResumingFromAPositionContinuesTheSameSequence) {
   }
   for (auto& v : labels_of_pass(again)) got.push_back(v);
   EXPECT_EQ(got, std::vector<std::vector<std::int32_t>>(expected.begin(), expected.begin() + 10));
+}
+
+TEST(Loader, APositionResumesOnlyALoaderWithTheSameOrder) {
+  const auto d = numbered(40);
+  loader4 a(d, {.seed = 5});
+  EXPECT_EQ(a.describe(), "40 samples, batch 4, seed 5, shuffled, shard 0 of 1, last batch dropped");
+  a.epoch(2, 3);
+  const auto p = a.position();
+  EXPECT_EQ(p.order, a.describe());
+  loader4 same(d, {.seed = 5, .prefetch = 0});
+  EXPECT_EQ(same.resume(p).position(), p);
+  for (const auto& o : {xtpu::data::loader_options{.seed = 6}, xtpu::data::loader_options{.seed = 5, .world = 2},
+                        xtpu::data::loader_options{.seed = 5, .last = xtpu::data::last_batch::pad}}) {
+    loader4 other(d, o);
+    const std::string m = error_message<xtpu::config_error>([&] { other.resume(p); });
+    EXPECT_TRUE(has(m, "the position (epoch 2, batch 3) comes from a loader of 40 samples, batch 4, seed 5, "
+                       "shuffled, shard 0 of 1, last batch dropped; this one is " + other.describe())) << m;
+    EXPECT_EQ(other.position(), (xtpu::data::loader_position{0, 0}));  // unchanged
+  }
+  EXPECT_EQ(same.resume({.epoch = 1, .batch = 1}).position(), (xtpu::data::loader_position{1, 1}));  // unchecked
+}
+
+TEST(Loader, RepositioningInsideAPassEndsItAndTheNextStartsThere) {
+  const auto d = numbered(40);
+  for (std::size_t depth : {0, 2}) {
+    loader4 l(d, {.seed = 8, .prefetch = depth});
+    std::size_t seen = 0;
+    for (auto& b : l) {
+      (void)b;
+      if (++seen == 3) l.epoch(4, 7);  // the loop ends at its next step, without a hang
+    }
+    EXPECT_EQ(seen, 3u) << "depth " << depth;
+    EXPECT_EQ(l.position(), (xtpu::data::loader_position{4, 7}));
+    const auto rest = labels_of_pass(l);
+    ASSERT_EQ(rest.size(), 3u);  // batches 7, 8, 9 of epoch 4
+    EXPECT_EQ(rest[0][0], static_cast<std::int32_t>(l.order(4)[28]));
+    EXPECT_EQ(l.position(), (xtpu::data::loader_position{5, 0}));
+  }
+  loader4 l(d, {});
+  const std::string m = error_message<xtpu::config_error>([&] { l.epoch(0, 10); });
+  EXPECT_TRUE(has(m, "batch 10 of an epoch of 10 batches")) << m;
+}
+
+TEST(Loader, MoreToPrefetchThanAnEpochHoldsAndPaddedShards) {
+  const auto d = numbered(18);
+  loader4 deep(d, {.seed = 1, .prefetch = 50}), plain(d, {.seed = 1, .prefetch = 0});
+  EXPECT_EQ(labels_of_pass(deep), labels_of_pass(plain));
+  // 18 samples in 2 shards of 9: two whole batches and one with a single real sample each
+  for (std::size_t r = 0; r < 2; ++r) {
+    loader4 l(d, {.seed = 1, .rank = r, .world = 2, .last = xtpu::data::last_batch::pad});
+    EXPECT_EQ(l.batches_per_epoch(), 3u);
+    std::vector<std::size_t> reals;
+    for (auto& b : l) reals.push_back(b.real);
+    ASSERT_EQ(reals.size(), 3u);
+    EXPECT_EQ(reals[0], 4u);
+    EXPECT_EQ(reals[1], 4u);
+    EXPECT_EQ(reals[2], 1u);
+  }
 }
 
 TEST(Loader, AnOutOfMemoryTransferReachesTheCallerAndTheBatchIsRetried) {

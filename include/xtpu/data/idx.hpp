@@ -9,8 +9,10 @@
 // uncompressed stream.
 // Errors: data_error naming the file and the offset — it cannot be opened, bytes 0-1 are not
 // zero, the type code is not T's (both named), a rank outside 1..6, a size of zero or a total
-// over 2^40 bytes, the file ends before the data does (how many bytes were promised and read),
-// bytes follow the data, the gzip stream is corrupt (zlib's message).
+// over 2^40 bytes (checked before any product can overflow), a plain file whose length is not
+// what its header promises (before anything is allocated), a gzip stream that ends before the
+// data does (how many bytes were promised and read), bytes after the data, a corrupt gzip
+// stream (zlib's message), data too large to allocate.
 #pragma once
 
 #include <zlib.h>
@@ -19,7 +21,9 @@
 #include <bit>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -92,6 +96,20 @@ class gz_reader {
     read(b, 4, what);
     return std::uint32_t{b[0]} << 24 | std::uint32_t{b[1]} << 16 | std::uint32_t{b[2]} << 8 | b[3];
   }
+  /// For a plain (uncompressed) file: `bytes` more must be all that is left, checked against
+  /// its length (a gzip stream's length is only known by reading it).
+  void expect_size(std::uint64_t bytes) const {
+    if (gzdirect(f_) == 0) return;
+    std::FILE* f = std::fopen(path_.c_str(), "rb");
+    if (f == nullptr) return;
+    std::fseek(f, 0, SEEK_END);
+    const long size = std::ftell(f);
+    std::fclose(f);
+    if (size >= 0 && static_cast<std::uint64_t>(size) != offset_ + bytes) {
+      fail("is " + std::to_string(size) + " bytes, but its header promises " + std::to_string(offset_ + bytes) +
+           " (" + std::to_string(bytes) + " bytes of data from offset " + std::to_string(offset_) + ")");
+    }
+  }
   /// Nothing may follow what was read.
   void expect_end() {
     unsigned char b;
@@ -145,13 +163,19 @@ xt::xarray<T> read_idx(const std::string& path) {
   for (auto& d : shape) {
     const std::uint64_t at = in.offset();
     d = in.read_be32("a dimension");
-    count *= d;
-    if (d == 0 || count * sizeof(T) > (std::uint64_t{1} << 40)) {
+    if (d == 0 || count > (std::uint64_t{1} << 40) / sizeof(T) / d) {  // checked before it is multiplied
       in.fail("has dimension " + std::to_string(d) + " at offset " + std::to_string(at) +
               (d == 0 ? ": sizes must be positive" : ": the data would pass 2^40 bytes"));
     }
+    count *= d;
   }
-  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
+  in.expect_size(count * sizeof(T));  // a plain file's length, before allocating for it
+  xt::xarray<T> out;
+  try {
+    out = xt::xarray<T>::from_shape(shape);
+  } catch (const std::bad_alloc&) {
+    in.fail("promises " + std::to_string(count * sizeof(T)) + " bytes of data: more than this machine can allocate");
+  }
   in.read(out.data(), count * sizeof(T), "the data");
   if constexpr (sizeof(T) > 1 && std::endian::native == std::endian::little) {  // big-endian on disk
     auto* bytes = reinterpret_cast<unsigned char*>(out.data());

@@ -3,7 +3,8 @@
 // Provides: loader<Batch, Dataset> (iterate it: `for (auto& [x, y] : loader)` runs one epoch;
 // x is tensor<XT, Batch, XD...>, y tensor<YT, Batch, YD...>), loader_options (shuffle, seed,
 // prefetch depth, rank and world for sharding, what to do with the last short batch),
-// loader_position (epoch, batch: where the next batch comes from, for checkpoints), and
+// loader_position (epoch, batch: where the next batch comes from, for checkpoints; resume()
+// checks that it comes from a loader with the same order), and
 // batch<...> (x, y, real: how many samples are real, index, mask()).
 // Shape rule: the batch size is in the type, so a short batch cannot exist: the samples after
 // the last whole batch are left out (last_batch::drop, the default) or the batch is filled
@@ -13,7 +14,8 @@
 // r, r + world, ... of it (N / world samples, the same count on every rank).
 // Prefetch: with prefetch = k > 0 a background thread copies the next k batches to the device
 // (TransferToDeviceTime) while the caller's step runs; the caller's waits are LoaderWaitTime.
-// Errors: config_error (world = 0, rank >= world); shape_error (a shard without one batch);
+// Errors: config_error (world = 0, rank >= world; resume() of a position from a loader whose
+// order differs, both described); shape_error (a shard without one batch);
 // an exception while a batch is made (out_of_memory) reaches the caller at that batch, and
 // position() still names it, so iterating again retries it.
 #pragma once
@@ -59,11 +61,16 @@ struct loader_options {
   last_batch last = last_batch::drop;
 };
 
-/// Where the next batch comes from: batch `batch` of epoch `epoch`.
+/// Where the next batch comes from: batch `batch` of epoch `epoch`, in the order of a loader
+/// that `order` describes (what loader::describe() said; resume() checks it, "" is not checked).
+/// Two positions are equal when they name the same batch.
 struct loader_position {
   std::uint64_t epoch = 0;
   std::size_t batch = 0;
-  friend bool operator==(const loader_position&, const loader_position&) = default;
+  std::string order{};
+  friend bool operator==(const loader_position& a, const loader_position& b) noexcept {
+    return a.epoch == b.epoch && a.batch == b.batch;
+  }
 };
 
 /// One batch on the device. `real` samples are real (Batch but in a padded last batch).
@@ -151,12 +158,40 @@ class loader {
   const loader_options& options() const noexcept { return opt_; }
   /// Where the next batch comes from: the one after the batch the caller has now, or after a
   /// whole epoch the next epoch's first. Save it with a checkpoint; epoch(e, b) resumes there.
-  loader_position position() const noexcept { return pos_.batch < batches_ ? pos_ : loader_position{pos_.epoch + 1, 0}; }
-  /// The next iteration starts at batch `first_batch` of epoch `e`.
+  loader_position position() const {
+    return pos_.batch < batches_ ? loader_position{pos_.epoch, pos_.batch, describe()}
+                                 : loader_position{pos_.epoch + 1, 0, describe()};
+  }
+  /// The next iteration starts at batch `first_batch` of epoch `e` (config_error unless
+  /// first_batch < batches_per_epoch()). Called inside a pass, it ends that pass: the loop
+  /// stops at its next step, and the next one starts here.
   loader& epoch(std::uint64_t e, std::size_t first_batch = 0) {
+    if (first_batch >= batches_) {
+      throw config_error("xtpu: loader: batch " + std::to_string(first_batch) + " of an epoch of " +
+                         std::to_string(batches_) + " batches");
+    }
     stop();
-    pos_ = {e, first_batch};
+    pos_ = {e, first_batch, {}};
+    repositioned_ = true;
     return *this;
+  }
+  /// The next iteration starts at p (a saved position()); config_error if p was made by a
+  /// loader whose order differs (another dataset size, batch, seed, shuffle, shard or last batch).
+  loader& resume(const loader_position& p) {
+    if (!p.order.empty() && p.order != describe()) {
+      throw config_error("xtpu: loader: the position (epoch " + std::to_string(p.epoch) + ", batch " +
+                         std::to_string(p.batch) + ") comes from a loader of " + p.order + "; this one is " +
+                         describe() + ", so its batches differ");
+    }
+    return epoch(p.epoch, p.batch);
+  }
+  /// What fixes the order of its batches: "60000 samples, batch 128, seed 0, shuffled, shard 0
+  /// of 1, last batch dropped".
+  std::string describe() const {
+    return std::to_string(data_.size()) + " samples, batch " + std::to_string(Batch) + ", seed " +
+           std::to_string(opt_.seed) + (opt_.shuffle ? ", shuffled" : ", in order") + ", shard " +
+           std::to_string(opt_.rank) + " of " + std::to_string(opt_.world) +
+           (opt_.last == last_batch::pad ? ", last batch padded" : ", last batch dropped");
   }
   /// The sample indices this rank visits in epoch e, in order (Batch per batch).
   std::vector<std::size_t> order(std::uint64_t e) const {
@@ -188,6 +223,7 @@ class loader {
   /// Starts at position() — the rest of an epoch, or the next one — and delivers its first batch.
   iterator begin() {
     stop();
+    repositioned_ = false;
     if (pos_.batch >= batches_) pos_ = {pos_.epoch + 1, 0};
     order_ = order(pos_.epoch);
     next_ = pos_.batch;
@@ -250,6 +286,7 @@ class loader {
   /// The caller's next batch (or the end of the epoch); an error surfaces here, with pos_ on it.
   void advance() {
     current_.reset();
+    if (repositioned_) return;  // epoch() or resume() inside the pass: it ends here, pos_ as they set it
     if (next_ >= batches_) {
       stop();
       pos_ = {pos_.epoch + 1, 0};
@@ -301,6 +338,7 @@ class loader {
   std::vector<std::size_t> order_;  // this epoch's sample indices for this rank
   std::size_t next_ = 0;            // the next batch to hand out
   std::optional<batch_type> current_;
+  bool repositioned_ = false;       // epoch()/resume() since begin(): the pass ends
   std::vector<xt_t> stage_x_;  // host staging, used by the one thread that makes batches
   std::vector<yt_t> stage_y_;
   std::mutex mu_;

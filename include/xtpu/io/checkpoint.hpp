@@ -6,7 +6,8 @@
 // Layout: each parameter under its reflection name ("fc1.weight", nn::parameter_names), in
 // its own dtype (F32 or BF16); with an optimizer, each state tensor under "optimizer." + its
 // for_each_state name ("optimizer.fc1.weight.exp_avg", F32), and in __metadata__ the format
-// ("xtpu.checkpoint": "1"), "xtpu.step", "xtpu.loader.epoch", "xtpu.loader.batch", the
+// ("xtpu.checkpoint": "1"), "xtpu.step", "xtpu.loader.epoch", "xtpu.loader.batch",
+// "xtpu.loader.order" (what loader::describe() said, for loader::resume to check), the
 // optimizer's step counters ("xtpu.optimizer.steps", and per parameter
 // "xtpu.optimizer.step_of" as a JSON list, for Adam's bias correction), and the user's keys as
 // given. xtpu's random numbers are counter-based (a seed and an index, nothing hidden), so the
@@ -15,8 +16,12 @@
 // Rule: load reads and checks the whole file first — every name the model (and optimizer)
 // has, with its dtype and shape, and no name it lacks — and changes nothing unless all fit.
 // Loading a model alone leaves a file's "optimizer." entries unread (a training checkpoint
-// serves inference, or a teacher).
-// Errors: checkpoint_error — safetensors_file's, and one message listing every difference:
+// serves inference, or a teacher). A file without xtpu's metadata (a state_dict written by
+// torch or safetensors with the same names) loads its tensors; its info is all zeros. Every
+// value is copied to the device before the first assignment, so an out_of_memory while loading
+// changes nothing (for that moment the old and new values are both held).
+// Errors: checkpoint_error — safetensors_file's; a user key starting with "xtpu."; a layout
+// other than 1; and one message listing every difference:
 // `missing fc2.bias; fc1.weight is F32 (512, 784) in the file but BF16 (512, 784) in the
 // model; unexpected head.scale`.
 #pragma once
@@ -24,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -99,6 +105,7 @@ template <class Opt>
 concept optimizer = requires(Opt& o) {
   o.step();
   o.zero_grad();
+  o.for_each_state([](const std::string&, auto&) {});
 };
 
 namespace detail {
@@ -122,11 +129,14 @@ template <class Model, class Opt>
 void save_impl(const std::string& path, const Model& model, Opt* opt, const checkpoint_info& info) {
   staged out;
   nn::for_each_parameter(model, [&](const std::string& name, const auto& p) { out.add(name, p); });
+  for (const auto& [k, v] : info.user)
+    if (k.rfind("xtpu.", 0) == 0) io::detail::fail(path, "the user key '" + k + "' starts with 'xtpu.', which xtpu's own keys use");
   std::map<std::string, std::string> meta = info.user;
   meta["xtpu.checkpoint"] = "1";
   meta["xtpu.step"] = std::to_string(info.step);
   meta["xtpu.loader.epoch"] = std::to_string(info.loader.epoch);
   meta["xtpu.loader.batch"] = std::to_string(info.loader.batch);
+  if (!info.loader.order.empty()) meta["xtpu.loader.order"] = info.loader.order;
   if constexpr (!std::is_same_v<Opt, void>) {
     opt->for_each_state([&](const std::string& name, auto& t) { out.add(optimizer_prefix + name, t); });
     if constexpr (counts_steps<Opt>) {
@@ -165,38 +175,60 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
   }
   const auto& meta = f.metadata();
   checkpoint_info info;
-  info.step = to_int(int_text(meta, "xtpu.step", path), "xtpu.step", path);
-  info.loader.epoch = static_cast<std::uint64_t>(to_int(int_text(meta, "xtpu.loader.epoch", path), "xtpu.loader.epoch", path));
-  info.loader.batch = static_cast<std::size_t>(to_int(int_text(meta, "xtpu.loader.batch", path), "xtpu.loader.batch", path));
+  // a file without xtpu's metadata (a state_dict saved by torch or safetensors): tensors only
+  const bool ours = meta.count("xtpu.checkpoint") != 0;
+  if (ours && meta.at("xtpu.checkpoint") != "1")
+    io::detail::fail(path, "has layout " + meta.at("xtpu.checkpoint") + " ('xtpu.checkpoint'); this xtpu reads layout 1");
+  if (ours) {
+    info.step = to_int(int_text(meta, "xtpu.step", path), "xtpu.step", path);
+    info.loader.epoch = static_cast<std::uint64_t>(to_int(int_text(meta, "xtpu.loader.epoch", path), "xtpu.loader.epoch", path));
+    info.loader.batch = static_cast<std::size_t>(to_int(int_text(meta, "xtpu.loader.batch", path), "xtpu.loader.batch", path));
+    if (const auto it = meta.find("xtpu.loader.order"); it != meta.end()) info.loader.order = it->second;
+  }
   std::vector<std::int64_t> steps;
   std::int64_t opt_steps = 0;
   if constexpr (!std::is_same_v<Opt, void>) {
     if constexpr (counts_steps<Opt>) {
-      const std::string list = int_text(meta, "xtpu.optimizer.step_of", path);
-      try {
-        steps = nlohmann::json::parse(list).get<std::vector<std::int64_t>>();
-      } catch (const nlohmann::json::exception& e) {
-        io::detail::fail(path, "__metadata__ 'xtpu.optimizer.step_of' is not a list of integers: " + std::string(e.what()));
+      if (ours) {
+        const std::string list = int_text(meta, "xtpu.optimizer.step_of", path);
+        try {
+          steps = nlohmann::json::parse(list).get<std::vector<std::int64_t>>();
+        } catch (const nlohmann::json::exception& e) {
+          io::detail::fail(path, "__metadata__ 'xtpu.optimizer.step_of' is not a list of integers: " + std::string(e.what()));
+        }
+        if (steps.size() != nn::parameter_tensors_v<Model>)
+          io::detail::fail(path, "__metadata__ 'xtpu.optimizer.step_of' has " + std::to_string(steps.size()) +
+                                     " counts for " + std::to_string(nn::parameter_tensors_v<Model>) + " parameters");
+        opt_steps = to_int(int_text(meta, "xtpu.optimizer.steps", path), "xtpu.optimizer.steps", path);
       }
-      if (steps.size() != nn::parameter_tensors_v<Model>)
-        io::detail::fail(path, "__metadata__ 'xtpu.optimizer.step_of' has " + std::to_string(steps.size()) +
-                                   " counts for " + std::to_string(nn::parameter_tensors_v<Model>) + " parameters");
-      opt_steps = to_int(int_text(meta, "xtpu.optimizer.steps", path), "xtpu.optimizer.steps", path);
     }
   }
   for (const auto& [k, v] : meta)
     if (k.rfind("xtpu.", 0) != 0) info.user[k] = v;
-  // everything fits: now assign (parameters first, so each master copy pairs with its parameter)
-  nn::for_each_parameter(model, [&](const std::string& name, auto& p) {
-    p = value_of<std::remove_cvref_t<decltype(p)>>(f, name);
+  // everything fits: every value on the device first (an out_of_memory here changes nothing),
+  // then the assignments — parameters first, so each master copy pairs with its parameter
+  std::map<std::string, std::shared_ptr<void>> values;
+  nn::for_each_parameter(model, [&](const std::string& name, const auto& p) {
+    using P = typename std::remove_cvref_t<decltype(p)>::tensor_type;
+    values[name] = std::make_shared<P>(value_of<P>(f, name));
   });
   if constexpr (!std::is_same_v<Opt, void>) {
     opt->for_each_state([&](const std::string& name, auto& t) {
-      t = value_of<std::remove_cvref_t<decltype(t)>>(f, optimizer_prefix + name);
+      using S = typename std::remove_cvref_t<decltype(t)>::tensor_type;
+      values[optimizer_prefix + name] = std::make_shared<S>(value_of<S>(f, optimizer_prefix + name));
     });
+  }
+  const auto stored = [&]<class P>(const P&, const std::string& name) -> const typename P::tensor_type& {
+    return *std::static_pointer_cast<typename P::tensor_type>(values.at(name));
+  };
+  nn::for_each_parameter(model, [&](const std::string& name, auto& p) { p = stored(p, name); });
+  if constexpr (!std::is_same_v<Opt, void>) {
+    opt->for_each_state([&](const std::string& name, auto& t) { t = stored(t, optimizer_prefix + name); });
     if constexpr (counts_steps<Opt>) {
-      for (std::size_t i = 0; i < steps.size(); ++i) opt->step_of(i) = steps[i];
-      opt->steps() = opt_steps;
+      if (ours) {
+        for (std::size_t i = 0; i < steps.size(); ++i) opt->step_of(i) = steps[i];
+        opt->steps() = opt_steps;
+      }
     }
   }
   return info;

@@ -12,10 +12,13 @@
 // Errors: checkpoint_error naming the file and what is wrong: it cannot be opened, written or
 // renamed (the OS's reason); shorter than its header says; a header that is not a JSON object
 // of such entries (nlohmann-json's message); an unknown dtype; a byte length that is not the
-// shape's; offsets outside the data, overlapping or leaving gaps; a duplicate name.
+// shape's (sizes that are not whole numbers, or too large, included); offsets outside the
+// data, overlapping or leaving gaps (a name given twice shows as one of these, since the JSON
+// parser keeps the last); for the writer, a name given twice or bytes that are not the shape's.
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,7 +89,8 @@ inline void write_all(int fd, const void* p, std::size_t n, const std::string& p
   while (n > 0) {
     const ssize_t w = ::write(fd, b, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail(path, std::string("cannot write: ") + std::strerror(errno));
+    if (w < 0) fail(path, std::string("cannot write: ") + std::strerror(errno));
+    if (w == 0) fail(path, "cannot write: no progress");
     b += w;
     n -= static_cast<std::size_t>(w);
   }
@@ -101,6 +105,12 @@ inline void write_safetensors(const std::string& path, const std::vector<stored_
   std::size_t offset = 0;
   for (const auto& t : tensors) {
     if (header.contains(t.name)) detail::fail(path, "the name '" + t.name + "' is given twice");
+    std::size_t count = 1;
+    for (auto d : t.shape) count *= d;
+    if (detail::dtype_bytes(t.dtype) == 0 || t.bytes.size() != count * detail::dtype_bytes(t.dtype)) {
+      detail::fail(path, "'" + t.name + "' is " + t.dtype + " " + detail::shape_text(t.shape) + " but " +
+                             std::to_string(t.bytes.size()) + " bytes are given");
+    }
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
     offset += t.bytes.size();
   }
@@ -110,11 +120,13 @@ inline void write_safetensors(const std::string& path, const std::vector<stored_
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  const std::string slash = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string tmp = path + ".tmp.XXXXXX";  // beside the target: the rename stays on one file system
   try {
-    detail::fd_guard f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    detail::fd_guard f{::mkstemp(tmp.data())};
     if (f.fd < 0) detail::fail(path, "cannot create '" + tmp + "': " + std::strerror(errno));
+    ::fchmod(f.fd, 0644);
     detail::write_all(f.fd, len, 8, path);
     detail::write_all(f.fd, text.data(), text.size(), path);
     for (const auto& t : tensors) detail::write_all(f.fd, t.bytes.data(), t.bytes.size(), path);
@@ -126,7 +138,7 @@ inline void write_safetensors(const std::string& path, const std::vector<stored_
     std::remove(tmp.c_str());
     throw;
   }
-  detail::fd_guard dir{::open(slash.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  detail::fd_guard dir{::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (dir.fd >= 0) ::fsync(dir.fd);  // the rename itself survives a crash
 }
 
@@ -180,20 +192,33 @@ class safetensors_file {
       stored_tensor t;
       t.name = name;
       std::size_t begin = 0, end = 0;
-      try {
-        t.dtype = entry.at("dtype").get<std::string>();
-        t.shape = entry.at("shape").get<std::vector<std::size_t>>();
-        const auto offsets = entry.at("data_offsets").get<std::vector<std::size_t>>();
-        if (offsets.size() != 2) detail::fail(path, "'" + name + "' has data_offsets of " + std::to_string(offsets.size()) + " numbers");
-        begin = offsets[0];
-        end = offsets[1];
-      } catch (const nlohmann::json::exception& e) {
-        detail::fail(path, "the entry '" + name + "' is not {dtype, shape, data_offsets}: " + e.what());
+      // every size and offset a whole number >= 0 (nlohmann's get<size_t> would take -1 or 2.7)
+      const auto whole_numbers = [&](const nlohmann::json& a, const char* what) {
+        if (!a.is_array() || !std::all_of(a.begin(), a.end(), [](const auto& v) { return v.is_number_unsigned(); }))
+          detail::fail(path, "'" + name + "' has " + what + " " + a.dump() + ": expected a list of whole numbers >= 0");
+        return a.get<std::vector<std::size_t>>();
+      };
+      if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() || !entry.contains("shape") ||
+          !entry.contains("data_offsets")) {
+        detail::fail(path, "the entry '" + name + "' is not {dtype, shape, data_offsets}: " + entry.dump());
       }
+      t.dtype = entry["dtype"].get<std::string>();
+      t.shape = whole_numbers(entry["shape"], "shape");
+      const auto offsets = whole_numbers(entry["data_offsets"], "data_offsets");
+      if (offsets.size() != 2) detail::fail(path, "'" + name + "' has data_offsets of " + std::to_string(offsets.size()) + " numbers");
+      begin = offsets[0];
+      end = offsets[1];
       const std::size_t elem = detail::dtype_bytes(t.dtype);
       if (elem == 0) detail::fail(path, "'" + name + "' has the unknown dtype '" + t.dtype + "'");
-      std::size_t count = 1;
-      for (auto d : t.shape) count *= d;
+      std::size_t count = elem;  // the byte length, checked before each product could overflow
+      for (auto d : t.shape) {
+        if (d != 0 && count > data_size / d) {
+          detail::fail(path, "'" + name + "' is " + t.dtype + " " + detail::shape_text(t.shape) + ": more bytes than the " +
+                                 std::to_string(data_size) + " of data");
+        }
+        count *= d;
+      }
+      count /= elem;
       if (begin > end || end > data_size) {
         detail::fail(path, "'" + name + "' has data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                                "] outside the " + std::to_string(data_size) + " bytes of data (truncated?)");

@@ -139,11 +139,18 @@ struct master_weights {
     }
     p = as_parameter_type<P>(std::forward<E>(e));
   }
-  /// for_each_state's visit of parameter i's copy ("<name>.master"): a copy that f assigns
-  /// (a checkpoint) pairs with the parameter's current value.
+  /// for_each_state's visit of parameter i's copy ("<name>.master"): f sees the weight the next
+  /// update would start from (the copy when it is the parameter's, else the parameter widened:
+  /// never a copy not made yet, nor one a later assignment replaced); a copy that f assigns (a
+  /// checkpoint) pairs with the parameter's current value.
   template <class P, class F>
   void visit(const P& p, std::size_t i, const std::string& name, F& f) {
-    if (copies.template visit<P>(i, name + ".master", f)) written[i] = p.storage_ptr();
+    auto t = weight(p, i, true);
+    const auto before = t.storage_ptr();
+    f(name + ".master", t);
+    if (t.storage_ptr() == before) return;
+    copies.set(i, t);
+    written[i] = p.storage_ptr();
   }
   state_slots copies;
   std::vector<std::weak_ptr<xtpu::detail::storage>> written;  // the value each parameter got last
