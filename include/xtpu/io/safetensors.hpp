@@ -193,7 +193,8 @@ class safetensors_file {
       t.name = name;
       std::size_t begin = 0, end = 0;
       // every size and offset a whole number >= 0 (nlohmann's get<size_t> would take -1 or 2.7)
-      const auto whole_numbers = [&](const nlohmann::json& a, const char* what) {
+      // (name is passed, not captured: clang++ 14 cannot capture a structured binding)
+      const auto whole_numbers = [&path](const std::string& name, const nlohmann::json& a, const char* what) {
         if (!a.is_array() || !std::all_of(a.begin(), a.end(), [](const auto& v) { return v.is_number_unsigned(); }))
           detail::fail(path, "'" + name + "' has " + what + " " + a.dump() + ": expected a list of whole numbers >= 0");
         return a.get<std::vector<std::size_t>>();
@@ -203,8 +204,8 @@ class safetensors_file {
         detail::fail(path, "the entry '" + name + "' is not {dtype, shape, data_offsets}: " + entry.dump());
       }
       t.dtype = entry["dtype"].get<std::string>();
-      t.shape = whole_numbers(entry["shape"], "shape");
-      const auto offsets = whole_numbers(entry["data_offsets"], "data_offsets");
+      t.shape = whole_numbers(name, entry["shape"], "shape");
+      const auto offsets = whole_numbers(name, entry["data_offsets"], "data_offsets");
       if (offsets.size() != 2) detail::fail(path, "'" + name + "' has data_offsets of " + std::to_string(offsets.size()) + " numbers");
       begin = offsets[0];
       end = offsets[1];
