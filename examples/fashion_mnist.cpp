@@ -13,6 +13,7 @@
 // (scripts/plot_fashion_mnist.py draws the curve).
 // Usage: fashion_mnist [--epochs N] [--data DIR] [--seed S] [--lr LR] [--checkpoint FILE] [--resume] [--log FILE]
 #include <xtpu/xtpu.hpp>
+#include <xtpu/io/checkpoint.hpp>  // io::save, io::load (not in xtpu.hpp: it parses JSON)
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

@@ -5,6 +5,7 @@
 // does not fit is told every difference and keeps its values.
 #include "files.hpp"
 #include "reference.hpp"
+#include <xtpu/io/checkpoint.hpp>
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
