@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds every test with g++ 12 and clang++ 14 (warnings are errors) and runs them with CTest,
 # then the run-time tests under ASan+UBSan (threaded ones at 1, 2, 4, 8, 16 threads) and the
-# threaded ones under TSan (at those counts). Each preset has its own build tree and sets every option itself, so whatever an
-# earlier demo, benchmark or hand configure left in build/ cannot change what runs here.
+# threaded ones under TSan (at those counts). Each preset has its own build tree and sets every
+# option itself, so whatever an earlier demo, benchmark or hand configure left in build/ cannot
+# change what runs here.
 # Fails when a preset ran fewer tests than the source tree defines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
