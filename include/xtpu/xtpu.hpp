@@ -2,9 +2,9 @@
 //
 // Static-shape tensors whose expressions are the graph, compile-time fingerprints, and a lazy
 // mark_step() runtime on an emulated TPU. See README.md and docs/.
-// Everything but checkpoints: xtpu/io/checkpoint.hpp (io::save, io::load) parses JSON with
-// nlohmann-json, which costs every translation unit that includes it about 2 s of g++ time
-// (3.4 s -> 5.6 s for this header alone); a program that saves includes it too.
+// Everything but io/ (checkpoints and safetensors files): xtpu/io/checkpoint.hpp (io::save,
+// io::load) parses JSON with nlohmann-json, which costs every translation unit that includes it
+// about 2 s of g++ time (3.4 s -> 5.6 s for this header alone); a program that saves includes it.
 #pragma once
 
 #include "xtpu/config.hpp"

@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
-#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -83,11 +82,15 @@ void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, 
   });
 }
 
-/// run_ranges with f called through one thunk per loop body.
+/// The thunk of a loop body F: one function (not a lambda and its conversions) per body.
+template <class F>
+void call_piece(void* ctx, std::size_t b0, std::size_t b1) {
+  (*static_cast<F*>(ctx))(b0, b1);
+}
+/// run_ranges with f called through its thunk.
 template <class F>
 void run_ranges_of(std::size_t n, std::size_t grain, std::size_t align, F& f) {
-  run_ranges(n, grain, align, [](void* ctx, std::size_t b0, std::size_t b1) { (*static_cast<F*>(ctx))(b0, b1); },
-             const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+  run_ranges(n, grain, align, &call_piece<F>, const_cast<void*>(static_cast<const void*>(&f)));
 }
 /// f(begin, end) over [0, n) elements in pieces of at least `grain` (a multiple of 64 each but
 /// the last), on up to XTPU_NUM_THREADS threads. Which thread runs a piece changes no result.

@@ -67,10 +67,22 @@ void run_elementwise_range(const bound& b, void* dst, std::size_t begin, std::si
 /// Elements a loop gives each thread at least (below twice this it runs on the caller alone).
 inline constexpr std::size_t loop_grain = 32768;
 
+/// What run_elementwise hands each piece: the statement's slots and its output.
+struct elementwise_pieces {
+  const bound* b;
+  void* dst;
+};
+/// A piece of the loop L: one function for every statement whose loop is L, whatever its shape.
+template <class L>
+void run_elementwise_piece(void* ctx, std::size_t begin, std::size_t end) {
+  const auto* p = static_cast<const elementwise_pieces*>(ctx);
+  run_elementwise_range<L>(*p->b, p->dst, begin, end);
+}
+/// The loop `dst = N` over all its elements, in pieces on the thread pool (for_ranges' split).
 template <class N>
 void run_elementwise(const bound& b, void* dst) {
-  for_ranges(N::shape_type::size, loop_grain,
-             [&](std::size_t b0, std::size_t b1) { run_elementwise_range<loop_t<N>>(b, dst, b0, b1); });
+  elementwise_pieces p{&b, dst};
+  run_ranges(N::shape_type::size, loop_grain, 64, &run_elementwise_piece<loop_t<N>>, &p);
 }
 
 template <std::size_t A, std::size_t B>

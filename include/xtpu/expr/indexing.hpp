@@ -39,7 +39,7 @@ struct take_node : detail::node_base<take_node<Axis, X, I>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::take, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint});
   using children = std::tuple<X, I>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 /// Zeros of Shape, G's slices added along axis Axis at the positions I names: G (a..., i..., b...),
@@ -54,7 +54,7 @@ struct scatter_add_node : detail::node_base<scatter_add_node<Axis, Shape, G, I>>
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::scatter_add, value_type, shape_type>(), {Axis, G::fingerprint, I::fingerprint});
   using children = std::tuple<G, I>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 /// x's elements along axis Axis (normalised) picked per position: X (a..., n, b...), I (a..., k, b...) -> I's shape.
@@ -68,7 +68,7 @@ struct gather_node : detail::node_base<gather_node<Axis, X, I>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::gather, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint});
   using children = std::tuple<X, I>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 /// Zeros of Shape with G's elements added along axis Axis at the positions I names: G and I
@@ -83,7 +83,7 @@ struct scatter_along_node : detail::node_base<scatter_along_node<Axis, Shape, G,
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::scatter_along, value_type, shape_type>(), {Axis, G::fingerprint, I::fingerprint});
   using children = std::tuple<G, I>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 /// x (a..., n, b...) at int32 indices (i...) along Axis -> (a..., i..., b...); 0 outside [0, n).

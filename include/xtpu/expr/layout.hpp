@@ -27,7 +27,7 @@ struct slice_node : detail::node_base<slice_node<Axis, Begin, End, C>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::slice, value_type, shape_type>(), {Axis, Begin, C::fingerprint});
   using children = std::tuple<C>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 template <std::size_t Axis, std::size_t Before, std::size_t After, class C>
@@ -39,7 +39,7 @@ struct pad_node : detail::node_base<pad_node<Axis, Before, After, C>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::pad, value_type, shape_type>(), {Axis, Before, C::fingerprint});
   using children = std::tuple<C>;
-  children args;
+  detail::pack_for_t<children> args;
   double value;  // the padding: a graph input, the node's own scalar (after the child's)
 
   void collect_own(detail::recorder& r) const { r.scalar(value); }
@@ -56,7 +56,7 @@ struct concat_node : detail::node_base<concat_node<Axis, C...>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::concat, value_type, shape_type>(), {Axis, C::fingerprint...});
   using children = std::tuple<C...>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 namespace detail {

@@ -9,8 +9,8 @@
 //   fingerprint (structural Merkle hash), n_leaves / n_scalars / n_temps (post-order counts),
 //   materialized (matmul and reductions compute into a buffer of their own; everything else
 //   fuses into its consumer's loop), children (a std::tuple type);
-// and at run time only what is captured: its children in `args` (one uniform accessor,
-// detail::children_of), leaves a named tensor by address and a temporary one by value
+// and at run time only what is captured: its children in `args` (a detail::pack; child K is
+// detail::arg<K>(node)), leaves a named tensor by address and a temporary one by value
 // (xtensor's closure rule: an expression must not outlive the named tensors it reads;
 // docs/lifetimes.md, and XTPU_CHECKED_LIFETIMES makes that an error), scalars their value.
 // detail::collect(node, recorder) hands the tensors' storage and the scalars to the recorder
@@ -131,20 +131,78 @@ struct lifetime_mark {
   std::uint64_t serial_ = 0;  // in every build, so checked and unchecked objects have one layout
 };
 
-inline constexpr std::tuple<> no_children{};
+/// A node's children, held (`args`): an aggregate with a member per child. Not a std::tuple:
+/// its constructors are functions the compiler instantiates and optimizes for every node type,
+/// where this one's copy is trivial whenever its children's are (a view of named tensors).
+template <class... C>
+struct pack {  // five children or more (concat): a tuple, built from the children in order
+  template <class... X>
+    requires(sizeof...(X) == sizeof...(C))
+  constexpr pack(X&&... x) : all(std::forward<X>(x)...) {}
+  std::tuple<C...> all;
+};
+template <>
+struct pack<> {};
+template <class A>
+struct pack<A> {
+  A a;
+};
+template <class A, class B>
+struct pack<A, B> {
+  A a;
+  B b;
+};
+template <class A, class B, class C>
+struct pack<A, B, C> {
+  A a;
+  B b;
+  C c;
+};
+template <class A, class B, class C, class D>
+struct pack<A, B, C, D> {
+  A a;
+  B b;
+  C c;
+  D d;
+};
 
-/// A node's children, whatever its kind: the tuple `args`, or none.
-template <class N>
-constexpr const auto& children_of(const N& n) noexcept {
-  if constexpr (requires { n.args; }) return n.args;
-  else return no_children;
+/// The pack that holds a node's `children` (a std::tuple type).
+template <class Children>
+struct pack_for;
+template <class... C>
+struct pack_for<std::tuple<C...>> {
+  using type = pack<C...>;
+};
+template <class Children>
+using pack_for_t = typename pack_for<Children>::type;
+
+/// Child K of node n.
+template <std::size_t K, class N>
+constexpr const auto& arg(const N& n) noexcept {
+  const auto& p = n.args;
+  if constexpr (requires { p.all; }) return std::get<K>(p.all);
+  else if constexpr (K == 0) return p.a;
+  else if constexpr (K == 1) return p.b;
+  else if constexpr (K == 2) return p.c;
+  else return p.d;
 }
+
+/// The number of children of node N.
+template <class N>
+inline constexpr std::size_t arity_v = std::tuple_size_v<typename N::children>;
+
+template <class N, std::size_t... I>
+void collect_children(const N& n, recorder& r, std::index_sequence<I...>);
 
 /// Hands a node's captured operands to r in post-order: its children's, then its own.
 template <class N>
 void collect(const N& n, recorder& r) {
-  std::apply([&](const auto&... c) { (detail::collect(c, r), ...); }, children_of(n));
+  if constexpr (arity_v<N> > 0) collect_children(n, r, std::make_index_sequence<arity_v<N>>{});
   if constexpr (requires { n.collect_own(r); }) n.collect_own(r);
+}
+template <class N, std::size_t... I>
+void collect_children(const N& n, recorder& r, std::index_sequence<I...>) {
+  (detail::collect(detail::arg<I>(n), r), ...);
 }
 
 template <class D>
@@ -253,7 +311,7 @@ struct map : detail::node_base<map<Op, C...>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<Op::tag, value_type, shape_type>(), {C::fingerprint..., Op::param});
   using children = std::tuple<C...>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 // ---- views: index remaps that fuse -------------------------------------------------------
@@ -267,7 +325,7 @@ struct reshape_node : detail::node_base<reshape_node<Shape, C>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::reshape, value_type, Shape>(), {C::fingerprint});
   using children = std::tuple<C>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 namespace detail {
@@ -291,7 +349,7 @@ struct permute_node : detail::node_base<permute_node<C, Perm...>> {
   static constexpr std::uint64_t fingerprint =
       detail::extend(detail::head_hash<op_tag::permute, value_type, shape_type>(), {Perm..., C::fingerprint});
   using children = std::tuple<C>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 namespace detail {
@@ -322,7 +380,7 @@ struct matmul_node : detail::node_base<matmul_node<Prec, L, R, Out>> {
       detail::head_hash<op_tag::matmul, value_type, shape_type>(),
       {static_cast<std::uint64_t>(Prec), L::fingerprint, R::fingerprint});
   using children = std::tuple<L, R>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 /// Reduction over one axis (Axis) or all of them (all_axes). Op: sum_op, mean_op, max_op.
@@ -340,7 +398,7 @@ struct reduce_node : detail::node_base<reduce_node<Op, Axis, C>> {
            Axis == all_axes ? Axis : static_cast<int>(detail::normalize_axis_v<typename C::shape_type, Axis>))),
        C::fingerprint});
   using children = std::tuple<C>;
-  children args;
+  detail::pack_for_t<children> args;
 };
 
 // ---- what users ask -----------------------------------------------------------------------

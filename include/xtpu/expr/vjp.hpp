@@ -119,10 +119,10 @@ inline constexpr std::size_t child_offset_v = [] {
   }(std::make_index_sequence<std::tuple_size_v<typename N::children>>{});
 }();
 
-/// vjp of child K of n (children in n.args), whose gradient is gk.
+/// vjp of child K of n (arg<K>(n)), whose gradient is gk.
 template <std::size_t Offset, std::size_t K, class N, class G, class Sink>
 void push(const N& n, G&& gk, Sink& sink) {
-  vjp<child_offset_v<Offset, K, N>>(std::get<K>(n.args), std::forward<G>(gk), sink);
+  vjp<child_offset_v<Offset, K, N>>(arg<K>(n), std::forward<G>(gk), sink);
 }
 
 // ---- leaves, scalars, generators ----------------------------------------------------------
@@ -142,8 +142,8 @@ struct vjp_rule<leaf<Tensor, Owned>> {
 /// The node at a path of child indices under n: at<1, 0>(n) is child 0 of n's child 1.
 template <std::size_t I, std::size_t... Rest, class N>
 constexpr const auto& at(const N& n) {
-  if constexpr (sizeof...(Rest) == 0) return std::get<I>(n.args);
-  else return at<Rest...>(std::get<I>(n.args));
+  if constexpr (sizeof...(Rest) == 0) return arg<I>(n);
+  else return at<Rest...>(arg<I>(n));
 }
 
 /// exp(a) / keep(sum<Axis>(exp(a))) — softmax<Axis>'s form (expr/composite.hpp), whatever a is;
@@ -225,7 +225,7 @@ template <std::size_t Offset, class N, class Y, class G, class Sink>
 void log_softmax_vjp(const N& n, const Y& y, const G& g, Sink& sink) {
   using S = typename N::shape_type;
   constexpr int axis = log_softmax_form<N>::axis;
-  push_shifted<Offset, axis>(std::get<0>(n.args), g - exp(y) * keep_axis<axis, S>(sum<axis>(g)), sink);
+  push_shifted<Offset, axis>(arg<0>(n), g - exp(y) * keep_axis<axis, S>(sum<axis>(g)), sink);
 }
 
 /// N's form (softmax_form or log_softmax_form: its value is false when N has neither), and the
@@ -250,7 +250,7 @@ void vjp_root(const N& n, const V& value, G&& g, Sink& sink) {
   if constexpr (is_cast_map_v<N>) {
     using C = std::tuple_element_t<0, typename N::children>;
     if constexpr (form_t<C>::value)
-      vjp_root<Offset>(std::get<0>(n.args), cast<float>(value), std::forward<G>(g), sink);
+      vjp_root<Offset>(arg<0>(n), cast<float>(value), std::forward<G>(g), sink);
     else
       vjp<Offset>(n, std::forward<G>(g), sink);
   } else if constexpr (form_t<N>::value) {
@@ -267,7 +267,7 @@ struct vjp_rule<map<Op, C...>> {
   using N = map<Op, C...>;
   template <std::size_t Offset, class G, class Sink>
   static void apply(const N& n, const G& g, Sink& sink) {
-    const auto& a = std::get<0>(n.args);
+    const auto& a = arg<0>(n);
     if constexpr (form_t<N>::value)
       if (is_form<form_t<N>>(n)) return form_vjp<Offset>(n, n, g, sink);
     if constexpr (std::is_same_v<Op, arithmetic<op::add>>) {
@@ -277,16 +277,16 @@ struct vjp_rule<map<Op, C...>> {
       push<Offset, 0>(n, g, sink);
       push<Offset, 1>(n, -g, sink);
     } else if constexpr (std::is_same_v<Op, arithmetic<op::mul>>) {
-      const auto& b = std::get<1>(n.args);
+      const auto& b = arg<1>(n);
       push<Offset, 0>(n, g * b, sink);
       push<Offset, 1>(n, g * a, sink);
     } else if constexpr (std::is_same_v<Op, arithmetic<op::div>>) {
-      const auto& b = std::get<1>(n.args);
+      const auto& b = arg<1>(n);
       push<Offset, 0>(n, g / b, sink);
       push<Offset, 1>(n, -(g * a) / (b * b), sink);
     } else if constexpr (std::is_same_v<Op, arithmetic<op::maximum>> || std::is_same_v<Op, arithmetic<op::minimum>>) {
       // the forward rule (eval/ops.hpp min_max_pick): a is returned iff a >= b (a <= b) or a is NaN
-      const auto& b = std::get<1>(n.args);
+      const auto& b = arg<1>(n);
       auto a_holds = [&] {
         if constexpr (std::is_same_v<Op, arithmetic<op::maximum>>) return a >= b;
         else return a <= b;
@@ -295,14 +295,14 @@ struct vjp_rule<map<Op, C...>> {
       push<Offset, 1>(n, where(a_holds, 0.0f, where(a == a, g, 0.0f)), sink);
     } else if constexpr (std::is_same_v<Op, arithmetic<op::pow>>) {
       // torch's rule: d/da = b a^(b-1), 0 where b = 0; d/db = a^b log a, 0 where a = 0 and b >= 0
-      const auto& b = std::get<1>(n.args);
+      const auto& b = arg<1>(n);
       push<Offset, 0>(n, where(b == 0.0f, 0.0f, g * (b * pow(a, b - 1.0f))), sink);
       if constexpr (std::tuple_element_t<1, typename N::children>::n_leaves > 0) {  // not a constant exponent
         const auto gb = g * (n * log(a));
         push<Offset, 1>(n, where(a == 0.0f, where(b >= 0.0f, 0.0f, gb), gb), sink);
       }
     } else if constexpr (std::is_same_v<Op, where_op>) {
-      const auto& m = std::get<0>(n.args);
+      const auto& m = arg<0>(n);
       push<Offset, 1>(n, where(m, g, 0.0f), sink);
       push<Offset, 2>(n, where(m, 0.0f, g), sink);
     } else if constexpr (std::is_same_v<Op, cast_op<typename N::value_type>>) {
@@ -402,7 +402,7 @@ template <std::size_t Axis, class X, class I>
 struct vjp_rule<take_node<Axis, X, I>> {  // the indices (int32) get none
   template <std::size_t Offset, class G, class Sink>
   static void apply(const take_node<Axis, X, I>& n, const G& g, Sink& sink) {
-    push<Offset, 0>(n, scatter_add<Axis, typename X::shape_type>(g, std::get<1>(n.args)), sink);
+    push<Offset, 0>(n, scatter_add<Axis, typename X::shape_type>(g, arg<1>(n)), sink);
   }
 };
 
@@ -410,7 +410,7 @@ template <std::size_t Axis, class Shape, class G, class I>
 struct vjp_rule<scatter_add_node<Axis, Shape, G, I>> {  // and a scatter-add's is a take
   template <std::size_t Offset, class Gy, class Sink>
   static void apply(const scatter_add_node<Axis, Shape, G, I>& n, const Gy& g, Sink& sink) {
-    push<Offset, 0>(n, take<static_cast<int>(Axis)>(g, std::get<1>(n.args)), sink);
+    push<Offset, 0>(n, take<static_cast<int>(Axis)>(g, arg<1>(n)), sink);
   }
 };
 
@@ -418,7 +418,7 @@ template <std::size_t Axis, class X, class I>
 struct vjp_rule<gather_node<Axis, X, I>> {  // the indices (int32) get none
   template <std::size_t Offset, class G, class Sink>
   static void apply(const gather_node<Axis, X, I>& n, const G& g, Sink& sink) {
-    push<Offset, 0>(n, scatter_along<Axis, typename X::shape_type>(g, std::get<1>(n.args)), sink);
+    push<Offset, 0>(n, scatter_along<Axis, typename X::shape_type>(g, arg<1>(n)), sink);
   }
 };
 
@@ -426,7 +426,7 @@ template <std::size_t Axis, class Shape, class G, class I>
 struct vjp_rule<scatter_along_node<Axis, Shape, G, I>> {  // and its scatter's is a gather
   template <std::size_t Offset, class Gy, class Sink>
   static void apply(const scatter_along_node<Axis, Shape, G, I>& n, const Gy& g, Sink& sink) {
-    push<Offset, 0>(n, gather<static_cast<int>(Axis)>(g, std::get<1>(n.args)), sink);
+    push<Offset, 0>(n, gather<static_cast<int>(Axis)>(g, arg<1>(n)), sink);
   }
 };
 
@@ -435,7 +435,7 @@ struct vjp_rule<scatter_along_node<Axis, Shape, G, I>> {  // and its scatter's i
 /// e with its last two axes swapped: a transpose's operand itself, else transpose(e).
 template <class E>
 constexpr auto transposed(const E& e) {
-  if constexpr (is_transpose_v<E>) return std::get<0>(e.args);
+  if constexpr (is_transpose_v<E>) return arg<0>(e);
   else return transpose(e);
 }
 
@@ -450,11 +450,11 @@ struct vjp_rule<matmul_node<Prec, L, R, Out>> {
   static void apply(const matmul_node<Prec, L, R, Out>& n, const G& g, Sink& sink) {
     const auto& [l, r] = n.args;
     using N = matmul_node<Prec, L, R, Out>;  // a transpose's operand starts where the transpose does
-    if constexpr (is_transpose_v<L>) vjp<child_offset_v<Offset, 0, N>>(std::get<0>(l.args), matmul<Prec>(r, transposed(g)), sink);
+    if constexpr (is_transpose_v<L>) vjp<child_offset_v<Offset, 0, N>>(arg<0>(l), matmul<Prec>(r, transposed(g)), sink);
     else push<Offset, 0>(n, matmul<Prec>(g, transposed(r)), sink);
     // dR from the left operand and g: lhs^T g, or for R = t(W), W's own g^T lhs
     const auto rhs_grad = [&](const auto& lhs, const auto& gr) {
-      if constexpr (is_transpose_v<R>)  // (n.args, not r: clang 14 cannot capture a structured binding)
+      if constexpr (is_transpose_v<R>)  // (at<1, 0>(n), not r: clang 14 cannot capture a structured binding)
         vjp<child_offset_v<Offset, 1, N>>(at<1, 0>(n), matmul<Prec>(transposed(gr), lhs), sink);
       else push<Offset, 1>(n, matmul<Prec>(transposed(lhs), gr), sink);
     };
@@ -483,7 +483,7 @@ struct vjp_rule<reduce_node<Op, Axis, C>> {
 
   template <std::size_t Offset, class G, class Sink>
   static void apply(const reduce_node<Op, Axis, C>& n, const G& g, Sink& sink) {
-    const auto& x = std::get<0>(n.args);
+    const auto& x = arg<0>(n);
     if constexpr (std::is_same_v<Op, sum_op>) {
       push<Offset, 0>(n, kept(g), sink);
     } else if constexpr (std::is_same_v<Op, mean_op>) {

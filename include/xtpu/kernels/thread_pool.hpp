@@ -36,9 +36,12 @@ class thread_pool {
 
   template <class F>
   void run(int n, F&& f) {
-    using fn_t = std::remove_reference_t<F>;
-    run_job(n, [](void* ctx, int i) { (*static_cast<fn_t*>(ctx))(i); },
-            const_cast<void*>(static_cast<const void*>(std::addressof(f))));
+    run_job(n, &call_part<std::remove_reference_t<F>>, const_cast<void*>(static_cast<const void*>(&f)));
+  }
+  /// run's thunk: one function per F (not a lambda and its conversions).
+  template <class F>
+  static void call_part(void* ctx, int i) {
+    (*static_cast<F*>(ctx))(i);
   }
 
   ~thread_pool() {

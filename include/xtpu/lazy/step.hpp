@@ -671,10 +671,17 @@ template <class N>
 chip* first_chip(const N& n) {
   if constexpr (requires { n.storage(); }) {
     return n.storage()->dev;
-  } else {
-    chip* c = nullptr;
-    std::apply([&](const auto&... ch) { ((c = c ? c : first_chip(ch)), ...); }, children_of(n));
-    return c;
+  } else if constexpr (N::n_leaves == 0) {
+    return nullptr;
+  } else {  // the first child with a tensor under it (found by the compiler: one path is walked)
+    constexpr std::size_t k = [] {
+      return []<std::size_t... I>(std::index_sequence<I...>) {
+        std::size_t first = sizeof...(I);
+        ((first = first == sizeof...(I) && std::tuple_element_t<I, typename N::children>::n_leaves > 0 ? I : first), ...);
+        return first;
+      }(std::make_index_sequence<arity_v<N>>{});
+    }();
+    return first_chip(arg<k>(n));
   }
 }
 /// The step that records `t = e` in this thread: on the device of e's tensors, or this

@@ -55,6 +55,13 @@ using adam_options = adam_family_options<false>;
 using adamw_options = adam_family_options<true>;
 
 namespace detail {
+/// e recorded with no reverse-mode rule: every statement here is an update, recorded under
+/// no_grad, so none is compiled (lazy/grad.hpp's tensor_access::untaped).
+template <class E>
+auto untaped(const E& e) {
+  return xtpu::detail::tensor_access::untaped(e);
+}
+
 /// One f32 state tensor per parameter (null until the first update that needs it).
 struct state_slots {
   explicit state_slots(std::size_t n) : slots(n), steps(n, 0) {}
@@ -63,7 +70,7 @@ struct state_slots {
   auto get(std::size_t i) const {
     using S = xtpu::detail::tensor_for_t<float, typename P::shape_type>;
     if (slots[i]) return xtpu::detail::tensor_access::adopt<S>(slots[i]);
-    return S(xtpu::detail::full_node<float, typename P::shape_type>(0.0));
+    return xtpu::detail::tensor_access::untaped(xtpu::detail::full_node<float, typename P::shape_type>(0.0));
   }
   bool has(std::size_t i) const noexcept { return slots[i] != nullptr; }
   template <class S>
@@ -118,9 +125,8 @@ struct master_weights {
   template <class P>
   auto weight(const P& p, std::size_t i, bool on) const {
     if constexpr (applies<P>) {
-      using S = xtpu::detail::tensor_for_t<float, typename P::shape_type>;
       return on && copies.has(i) && written[i].lock() == p.storage_ptr() ? copies.template get<P>(i)
-                                                                          : S(cast<float>(p));
+                                                                          : untaped(cast<float>(p));
     } else {
       return cast<float>(p);
     }
@@ -130,14 +136,14 @@ struct master_weights {
   void write(P& p, std::size_t i, bool on, E&& e) {
     if constexpr (applies<P>) {
       if (on) {
-        const xtpu::detail::tensor_for_t<float, typename P::shape_type> w = std::forward<E>(e);
+        const xtpu::detail::tensor_for_t<float, typename P::shape_type> w = untaped(std::forward<E>(e));
         copies.set(i, w);
-        p = as_parameter_type<P>(w);
+        p = untaped(as_parameter_type<P>(w));
         written[i] = p.storage_ptr();
         return;
       }
     }
-    p = as_parameter_type<P>(std::forward<E>(e));
+    p = untaped(as_parameter_type<P>(std::forward<E>(e)));
   }
   /// for_each_state's visit of parameter i's copy ("<name>.master"): f sees the weight the next
   /// update would start from (the copy when it is the parameter's, else the parameter widened:
@@ -168,8 +174,8 @@ void adam_update(P& p, std::size_t i, state_slots& m, state_slots& v, master_wei
   const auto g = cast<float>(p.grad()) + (decoupled ? 0.0f : weight_decay) * w;      // (shape) f32
   using S = xtpu::detail::tensor_for_t<float, typename P_t::shape_type>;
   const S m0 = m.template get<P_t>(i), v0 = v.template get<P_t>(i);
-  const S m_new = m0 + (1.0f - beta1) * (g - m0);  // torch's lerp
-  const S v_new = v0 * beta2 + (1.0f - beta2) * g * g;
+  const S m_new = untaped(m0 + (1.0f - beta1) * (g - m0));  // torch's lerp
+  const S v_new = untaped(v0 * beta2 + (1.0f - beta2) * g * g);
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
   const float step_size = static_cast<float>(lr / bc1);
@@ -219,7 +225,8 @@ class sgd {
         return;
       }
       using S = xtpu::detail::tensor_for_t<float, typename P_t::shape_type>;
-      const S b = momentum_.has(i) ? S(momentum_.get<P_t>(i) * o_.momentum + (1.0f - o_.dampening) * d) : S(d);
+      const S b = momentum_.has(i) ? detail::untaped(momentum_.get<P_t>(i) * o_.momentum + (1.0f - o_.dampening) * d)
+                                   : detail::untaped(d);
       if (o_.nesterov) master_.write(p, i, o_.master_weights, w - o_.lr * (d + o_.momentum * b));
       else master_.write(p, i, o_.master_weights, w - o_.lr * b);
       momentum_.set(i, b);
@@ -305,15 +312,15 @@ class adamw : public detail::adam_family<Model, adamw_options, true> {
 template <class Model>
 tensor<float> clip_grad_norm(Model& model, float max_norm) {
   const no_grad scope;
-  tensor<float> squares = zeros<float>();
+  tensor<float> squares = detail::untaped(zeros<float>());
   nn::for_each_parameter(model, [&](const std::string&, auto& p) {
-    if (p.has_grad()) squares = squares + sum(square(cast<float>(p.grad())));
+    if (p.has_grad()) squares = detail::untaped(squares + sum(square(cast<float>(p.grad()))));
   });
-  const tensor<float> norm = sqrt(squares);
-  const tensor<float> coef = minimum(max_norm / (norm + 1e-6f), 1.0f);
+  const tensor<float> norm = detail::untaped(sqrt(squares));
+  const tensor<float> coef = detail::untaped(minimum(max_norm / (norm + 1e-6f), 1.0f));
   nn::for_each_parameter(model, [&](const std::string&, auto& p) {
     using P = std::remove_cvref_t<decltype(p)>;
-    if (p.has_grad()) p.set_grad(detail::as_parameter_type<P>(cast<float>(p.grad()) * coef));
+    if (p.has_grad()) p.set_grad(detail::untaped(detail::as_parameter_type<P>(cast<float>(p.grad()) * coef)));
   });
   return norm;
 }
