@@ -1,7 +1,8 @@
-// Nodes hold their children in an aggregate (expr/node.hpp's detail::pack), not a std::tuple:
-// an expression over named tensors copies trivially, so building one instantiates no
-// constructor or destructor per node type (what docs/training.md's compile-time figures
-// measure). Child K is detail::arg<K>(node), for five children or more (concat) too.
+// Nodes hold up to four children in an aggregate (expr/node.hpp's detail::pack), not a
+// std::tuple: an expression over named tensors copies trivially, so building one instantiates
+// no constructor or destructor per node type (what docs/training.md's compile-time figures
+// measure). Child K is detail::arg<K>(node), for five children or more (a concat: a tuple
+// inside the pack, not trivial) too.
 #include <xtpu/xtpu.hpp>
 
 namespace {

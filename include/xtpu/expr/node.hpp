@@ -131,9 +131,10 @@ struct lifetime_mark {
   std::uint64_t serial_ = 0;  // in every build, so checked and unchecked objects have one layout
 };
 
-/// A node's children, held (`args`): an aggregate with a member per child. Not a std::tuple:
-/// its constructors are functions the compiler instantiates and optimizes for every node type,
-/// where this one's copy is trivial whenever its children's are (a view of named tensors).
+/// A node's children, held (`args`): up to four, an aggregate with a member per child. Not a
+/// std::tuple: its constructors are functions the compiler instantiates and optimizes for every
+/// node type, where this one's copy is trivial whenever its children's are (a view of named
+/// tensors). Five or more (a concat) are held in a tuple.
 template <class... C>
 struct pack {  // five children or more (concat): a tuple, built from the children in order
   template <class... X>

@@ -55,8 +55,8 @@ using adam_options = adam_family_options<false>;
 using adamw_options = adam_family_options<true>;
 
 namespace detail {
-/// e recorded with no reverse-mode rule: every statement here is an update, recorded under
-/// no_grad, so none is compiled (lazy/grad.hpp's tensor_access::untaped).
+/// e recorded with no reverse-mode rule: every statement here is an update or a state value,
+/// recorded under no_grad, so none is compiled (lazy/grad.hpp's tensor_access::untaped).
 template <class E>
 auto untaped(const E& e) {
   return xtpu::detail::tensor_access::untaped(e);
@@ -151,7 +151,10 @@ struct master_weights {
   /// checkpoint) pairs with the parameter's current value.
   template <class P, class F>
   void visit(const P& p, std::size_t i, const std::string& name, F& f) {
-    auto t = weight(p, i, true);
+    auto t = [&] {  // recorded as an update is (untaped: xtpu::no_grad, as torch's state_dict values)
+      const no_grad scope;
+      return weight(p, i, true);
+    }();
     const auto before = t.storage_ptr();
     f(name + ".master", t);
     if (t.storage_ptr() == before) return;
