@@ -230,6 +230,45 @@ TEST(Math, LanesEqualTheScalarFunction) {
   lanes_equal_scalar<simd::path::avx512>();
 }
 
+// erf, erfc and the exact GELU skip a branch no lane of a packet takes (|t| >= 1, and each
+// side of |t| = 2): packets whose lanes mix every branch, NaN and the infinities give each
+// lane the bits of the scalar function, whatever its neighbours.
+template <simd::path P>
+void mixed_branches_equal_scalar() {
+  if constexpr (simd::compiled_v<P> && P != simd::path::scalar) {
+    using V = simd::lanes_t<P>;
+    constexpr std::size_t W = simd::traits<V>::size;
+    // t = -x / sqrt 2 for the GELUs: |x| around sqrt 2 and 2 sqrt 2 are the branch edges
+    const float pool[] = {0.3f, -0.9f, 1.0f, 1.3f, -1.41421f, 1.41422f, 1.9f, -2.0f, 2.5f, -2.83f, 2.829f, 3.7f,
+                          -6.0f, 11.0f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-30f};
+    constexpr std::size_t n = sizeof(pool) / sizeof(pool[0]);
+    std::size_t bad = 0;
+    std::uint64_t state = 12345;
+    for (int rep = 0; rep < 4000; ++rep) {
+      alignas(64) float in[W], out[4][W];
+      for (std::size_t l = 0; l < W; ++l) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        in[l] = pool[(state >> 33) % n];
+      }
+      const V x = V::load_aligned(in);
+      math::erf(x).store_aligned(out[0]);
+      math::erfc(x).store_aligned(out[1]);
+      math::gelu(x).store_aligned(out[2]);
+      math::gelu_grad(x).store_aligned(out[3]);
+      for (std::size_t l = 0; l < W; ++l) {
+        const float want[4] = {math::erf(in[l]), math::erfc(in[l]), math::gelu(in[l]), math::gelu_grad(in[l])};
+        for (int f = 0; f < 4; ++f) bad += bits(want[f]) != bits(out[f][l]) && !(std::isnan(want[f]) && std::isnan(out[f][l]));
+      }
+    }
+    EXPECT_EQ(bad, 0u) << W << " lanes";
+  }
+}
+TEST(Math, PacketsMixingBranchesEqualTheScalarFunction) {
+  mixed_branches_equal_scalar<simd::path::sse>();
+  mixed_branches_equal_scalar<simd::path::avx2>();
+  mixed_branches_equal_scalar<simd::path::avx512>();
+}
+
 TEST(Math, LaneRoundingToBf16IsTheOneRule) {
   std::size_t bad = 0;
   auto check = [&](float x) {

@@ -13,7 +13,8 @@
 //   detail::packet_traits<N> — whether N gives packets (float or bf16 values, or the bool of a
 //     float comparison), and fast<Q>: whether it does with no gather anywhere below;
 //   detail::broadcast_index<Out, In>(i), the NumPy broadcast rule as an index map (also used
-//     for the batch axes of a matmul), and detail::edge_of — the one rule for how a child is
+//     for the batch axes of a matmul), built from detail::index_terms (a permute's map too:
+//     each division by a compile-time constant), and detail::edge_of — the one rule for how a child is
 //     read inside a block.
 // Lanes and elements run the same op_math (eval/ops.hpp) in the same order: a packet's lanes
 // are bit for bit the elements load() gives.
@@ -42,28 +43,64 @@ using lanes_t = kernels::simd::lanes_t<P>;
 template <path P>
 inline constexpr std::size_t width_v = kernels::simd::traits<lanes_t<P>>::size;
 
+/// A flat index map from shape Out, as terms (i / div) % mod * mul (mod 0: none), one per run
+/// of Out's axes that moves through the source with one stride: axes the source does not move
+/// along (stride 0) give no term, and an axis whose stride is the next one's times that axis's
+/// length joins its run. `Strides[d]`: the source's step per step along Out's axis d.
+struct index_term {
+  std::size_t div, mod, mul;
+};
+template <std::size_t Rank>
+struct index_terms {
+  std::array<index_term, Rank> t{};
+  std::size_t n = 0;
+};
+template <class Out>
+constexpr index_terms<Out::rank> index_terms_of(const std::array<std::size_t, Out::rank>& strides) noexcept {
+  constexpr auto os = strides_of(Out::dims);
+  index_terms<Out::rank> r;
+  for (std::size_t d = Out::rank; d-- > 0;) {
+    if (strides[d] == 0) continue;
+    const bool joins = d + 1 < Out::rank && strides[d + 1] != 0 && strides[d] == strides[d + 1] * Out::dims[d + 1];
+    if (joins) r.t[r.n - 1].mod *= Out::dims[d];
+    else r.t[r.n++] = {os[d], Out::dims[d], strides[d]};
+  }
+  for (std::size_t k = 0; k < r.n; ++k)
+    if (r.t[k].div * r.t[k].mod == Out::size) r.t[k].mod = 0;  // the outermost run: i < size already
+  return r;
+}
+/// One term, its constants in the type: a division by a constant is a multiply and a shift.
+template <std::size_t Div, std::size_t Mod, std::size_t Mul>
+constexpr std::size_t index_term_at(std::size_t i) noexcept {
+  std::size_t q = Div == 1 ? i : i / Div;
+  if constexpr (Mod != 0) q %= Mod;
+  return q * Mul;
+}
+/// The source index of flat index i of Out, for the terms Map::terms (a constexpr index_terms).
+template <class Map>
+constexpr std::size_t apply_index_terms(std::size_t i) noexcept {
+  return [i]<std::size_t... K>(std::index_sequence<K...>) {
+    return (std::size_t{0} + ... + index_term_at<Map::terms.t[K].div, Map::terms.t[K].mod, Map::terms.t[K].mul>(i));
+  }(std::make_index_sequence<Map::terms.n>{});
+}
+
+/// The NumPy broadcast rule as index terms: In's axes aligned to Out's last, length-1 axes still.
+template <class Out, class In>
+struct broadcast_terms {
+  static constexpr auto terms = index_terms_of<Out>([] {
+    const auto s = strides_of(In::dims);
+    std::array<std::size_t, Out::rank> r{};
+    for (std::size_t d = 0; d < In::rank; ++d) r[Out::rank - In::rank + d] = In::dims[d] == 1 ? 0 : s[d];
+    return r;
+  }());
+};
+
 /// Flat index in Out -> flat index in In, where In broadcasts to Out (NumPy rule).
 template <class Out, class In>
 constexpr std::size_t broadcast_index(std::size_t i) noexcept {
-  if constexpr (std::is_same_v<Out, In>) {
-    return i;
-  } else if constexpr (In::size == 1) {
-    return 0;
-  } else {
-    constexpr auto os = strides_of(Out::dims);
-    constexpr auto is = [] {
-      auto s = strides_of(In::dims);
-      std::array<std::size_t, Out::rank> r{};
-      for (std::size_t d = 0; d < In::rank; ++d)
-        r[Out::rank - In::rank + d] = In::dims[d] == 1 ? 0 : s[d];
-      return r;
-    }();
-    std::size_t j = 0;
-    for (std::size_t d = 0; d < Out::rank; ++d) {
-      j += (i / os[d]) % Out::dims[d] * is[d];
-    }
-    return j;
-  }
+  if constexpr (std::is_same_v<Out, In>) return i;
+  else if constexpr (In::size == 1) return 0;
+  else return apply_index_terms<broadcast_terms<Out, In>>(i);
 }
 
 /// Elements in one block of the last Q axes of Shape.
@@ -389,13 +426,14 @@ struct evaluator<permute_node<C, Perm...>>
   using Out = typename node::shape_type;
   static constexpr std::array<std::size_t, sizeof...(Perm)> perm{Perm...};
 
-  static constexpr std::size_t child_index(std::size_t i) noexcept {
-    constexpr auto os = strides_of(Out::dims);
-    constexpr auto in_strides = strides_of(C::shape_type::dims);
-    std::size_t j = 0;
-    for (std::size_t d = 0; d < sizeof...(Perm); ++d) j += (i / os[d]) % Out::dims[d] * in_strides[perm[d]];
-    return j;
-  }
+  /// Result axis d steps the operand's axis Perm[d].
+  static constexpr auto terms = index_terms_of<Out>([] {
+    const auto in_strides = strides_of(C::shape_type::dims);
+    std::array<std::size_t, sizeof...(Perm)> r{};
+    for (std::size_t d = 0; d < sizeof...(Perm); ++d) r[d] = C::shape_type::dims[perm[d]] == 1 ? 0 : in_strides[perm[d]];
+    return r;
+  }());
+  static constexpr std::size_t child_index(std::size_t i) noexcept { return apply_index_terms<evaluator>(i); }
   /// Contiguous when the permutation keeps the last Q axes where they are.
   template <std::size_t Q>
   static constexpr edge child_edge() {

@@ -159,7 +159,8 @@ inline V exp_neg_sq(V a, float k) noexcept {
   return simd::mul(math::exp(-u), math::exp(-u1));
 }
 
-/// erfc(a) for a >= 1, given e^(-a^2): e^(-a^2) / a p(1/a^2) (Cephes erfcf).
+/// erfc(a) for a >= 1, given e^(-a^2): e^(-a^2) / a p(1/a^2) (Cephes erfcf), p one of two
+/// polynomials split at a = 2 (one is skipped when no lane needs it: the same bits).
 template <class V>
 inline V erfc_large(V a, V e) noexcept {
   static constexpr float p[] = {2.326819970068386e-2f, -1.387039388740657e-1f, 3.687424674597105e-1f,
@@ -170,17 +171,25 @@ inline V erfc_large(V a, V e) noexcept {
                                 -2.820767439740514e-1f, 5.641895067754075e-1f};
   const V y = V(1.0f) / a;
   const V y2 = simd::mul(y, y);
-  const V q = simd::select(a < V(2.0f), detail::horner(y2, p), detail::horner(y2, r));
+  const auto near = a < V(2.0f);  // false for NaN: r's lane
+  const V q = simd::all_of(near)   ? detail::horner(y2, p)
+              : simd::all_of(!near) ? detail::horner(y2, r)
+                                    : simd::select(near, detail::horner(y2, p), detail::horner(y2, r));
   return simd::mul(simd::mul(e, y), q);
 }
 
-/// erfc(t), with e^(-t^2) given (from t or from whatever t was computed from, exactly).
-template <class V>
-inline V erfc_with(V t, V e_neg_t2) noexcept {
+/// erfc(t), with e() giving e^(-t^2) (from t or from whatever t was computed from, exactly).
+/// Where every lane has |t| < 1, erfc is 1 - erf_small(t) and neither e() nor the large-|t|
+/// branch is evaluated: a lane's bits never depend on its neighbours, only the work does.
+template <class V, class E>
+inline V erfc_with(V t, E&& e_neg_t2) noexcept {
   const V a = simd::abs(t);
-  const V large = detail::erfc_large(simd::select(a < V(1.0f), V(1.0f), a), e_neg_t2);  // a < 1: unused
-  const V pos = simd::select(a < V(1.0f), V(1.0f) - detail::erf_small(t), large);     // erfc(|t|) or, below 1, erfc(t)
-  const V r = simd::select((a < V(1.0f)) | (t >= V(0.0f)), pos, V(2.0f) - large);
+  const auto small = a < V(1.0f);  // false for NaN
+  const V below = V(1.0f) - detail::erf_small(t);
+  if (simd::all_of(small)) return below;
+  const V large = detail::erfc_large(simd::select(small, V(1.0f), a), e_neg_t2());  // a < 1: unused
+  const V pos = simd::select(small, below, large);                                 // erfc(|t|) or, below 1, erfc(t)
+  const V r = simd::select(small | (t >= V(0.0f)), pos, V(2.0f) - large);
   return simd::select(simd::is_nan(t), t, r);
 }
 }  // namespace detail
@@ -188,25 +197,27 @@ inline V erfc_with(V t, V e_neg_t2) noexcept {
 /// The complementary error function.
 template <class V>
 inline V erfc(V x) noexcept {
-  return detail::erfc_with(x, detail::exp_neg_sq(simd::abs(x), 1.0f));
+  return detail::erfc_with(x, [x] { return detail::exp_neg_sq(simd::abs(x), 1.0f); });
 }
 
-/// The error function.
+/// The error function (the large-|x| branch only for packets with a lane there).
 template <class V>
 inline V erf(V x) noexcept {
   const V a = simd::abs(x);
+  const auto small = (a < V(1.0f)) | simd::is_nan(x);
+  if (simd::all_of(small)) return detail::erf_small(x);
   const V large = V(1.0f) - detail::erfc_large(simd::select(a < V(1.0f), V(1.0f), a), detail::exp_neg_sq(a, 1.0f));
   const V signed_large = simd::from_bits<V>(simd::to_bits(large) | (simd::to_bits(x) & simd::ints_t<V>(INT32_MIN)));
-  return simd::select((a < V(1.0f)) | simd::is_nan(x), detail::erf_small(x), signed_large);
+  return simd::select(small, detail::erf_small(x), signed_large);
 }
 
 /// The exact GELU, PyTorch's default: x Phi(x) = x/2 erfc(-x / sqrt 2). Written with erfc
-/// (not 1 + erf) so that large negative x keeps its digits; e^(-x^2/2) comes from x itself.
+/// (not 1 + erf) so that large negative x keeps its digits; e^(-x^2/2) comes from x itself
+/// (and only for packets with a lane at |x| >= sqrt 2).
 template <class V>
 inline V gelu(V x) noexcept {
   const V t = simd::mul(x, V(-0.70710678118654752f));
-  const V e = detail::exp_neg_sq(simd::abs(x), 0.5f);  // e^(-x^2/2) = e^(-t^2)
-  const V r = simd::mul(simd::mul(x, V(0.5f)), detail::erfc_with(t, e));
+  const V r = simd::mul(simd::mul(x, V(0.5f)), detail::erfc_with(t, [x] { return detail::exp_neg_sq(simd::abs(x), 0.5f); }));
   return simd::select(x == V(-__builtin_inff()), V(-0.0f), r);  // the limit, not -inf x 0
 }
 
@@ -216,7 +227,7 @@ template <class V>
 inline V gelu_grad(V x) noexcept {
   const V t = simd::mul(x, V(-0.70710678118654752f));
   const V e = detail::exp_neg_sq(simd::abs(x), 0.5f);
-  const V r = simd::mul(detail::erfc_with(t, e), V(0.5f)) + simd::mul(simd::mul(x, e), V(0.39894228040143268f));
+  const V r = simd::mul(detail::erfc_with(t, [e] { return e; }), V(0.5f)) + simd::mul(simd::mul(x, e), V(0.39894228040143268f));
   return simd::select(simd::abs(x) == V(__builtin_inff()), simd::select(x > V(0.0f), V(1.0f), V(0.0f)), r);
 }
 

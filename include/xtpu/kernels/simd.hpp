@@ -177,7 +177,7 @@ inline ints_t<V> select_ints(mask_t<V> m, ints_t<V> a, ints_t<V> b) noexcept {
 /// Every lane of m is true.
 template <class M>
 inline bool all_of(M m) noexcept {
-  if constexpr (std::is_same_v<M, bool>) return m;
+  if constexpr (std::is_integral_v<M>) return m != 0;  // a float's mask: a bool (or bools or'd: an int)
   else return xsimd::all(m);
 }
 /// v truncated to an integer; NaN and values out of range give INT32_MIN (x86's rule,
