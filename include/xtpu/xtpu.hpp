@@ -12,6 +12,7 @@
 #include "xtpu/data/idx.hpp"
 #include "xtpu/data/loader.hpp"
 #include "xtpu/data/mnist.hpp"
+#include "xtpu/data/tokens.hpp"
 #include "xtpu/device/device.hpp"
 #include "xtpu/dtype/bf16.hpp"
 #include "xtpu/dtype/check.hpp"

@@ -203,6 +203,81 @@ TEST(Dataset, SizesMustBeNSamplesOfTheTypesShapes) {
   EXPECT_THROW(small_set::from_xtensor(xs, xt::xarray<int>{1, 2, 3}), xtpu::shape_error);
 }
 
+// ---- token files and next-token windows ---------------------------------------------------
+
+TEST(Tokens, ReadsBytesU16AndI32LittleEndianPlainAndGzipped) {
+  using xtpu::data::read_tokens;
+  using xtpu::data::token_format;
+  const std::string text = "ab\n\xff";
+  const std::vector<unsigned char> raw(text.begin(), text.end());
+  EXPECT_EQ(read_tokens(write_plain("t.txt", raw)), (std::vector<std::int32_t>{97, 98, 10, 255}));
+  EXPECT_EQ(read_tokens(write_gzip("t.txt.gz", raw)), (std::vector<std::int32_t>{97, 98, 10, 255}));
+  // u16: 0x0102 = 258, 0xFFFF; i32: 70000, 1 (written byte by byte, little-endian)
+  EXPECT_EQ(read_tokens(write_plain("t.u16", {0x02, 0x01, 0xFF, 0xFF}), token_format::u16),
+            (std::vector<std::int32_t>{258, 65535}));
+  EXPECT_EQ(read_tokens(write_gzip("t.i32.gz", {0x70, 0x11, 0x01, 0x00, 1, 0, 0, 0}), token_format::i32),
+            (std::vector<std::int32_t>{70000, 1}));
+  // more than one read's worth (64 KiB)
+  std::vector<unsigned char> big;
+  for (std::uint32_t i = 0; i < 50000; ++i) big.insert(big.end(), {static_cast<unsigned char>(i), static_cast<unsigned char>(i >> 8)});
+  const auto t = read_tokens(write_gzip("big.u16.gz", big), token_format::u16);
+  ASSERT_EQ(t.size(), 50000u);
+  EXPECT_EQ(t[32767], 32767);
+  EXPECT_EQ(t[49999], 49999);
+}
+
+TEST(Tokens, EachBadFileIsADataErrorNamingTheFileAndTheOffset) {
+  using xtpu::data::read_tokens;
+  using xtpu::data::token_format;
+  const auto msg = [](auto f) { return error_message<xtpu::data_error>(f); };
+  const std::string part = write_plain("part.u16", {1, 0, 2, 0, 3});
+  std::string m = msg([&] { read_tokens(part, token_format::u16); });
+  EXPECT_TRUE(has(m, "'" + part + "' ends at offset 5 inside a token: 1 of its 2 bytes from offset 4")) << m;
+  m = msg([&] { read_tokens(write_plain("vocab.u16", {1, 0, 0x10, 0x27}), token_format::u16, 5000); });
+  EXPECT_TRUE(has(m, "has token 10000 at offset 2: outside the vocabulary [0, 5000)")) << m;
+  m = msg([&] { read_tokens(write_plain("neg.i32", {0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF}), token_format::i32); });
+  EXPECT_TRUE(has(m, "has token -1 at offset 4: token ids are not negative")) << m;
+  m = msg([&] { read_tokens(write_plain("empty.txt", {})); });
+  EXPECT_TRUE(has(m, "holds no token")) << m;
+  m = msg([&] { read_tokens(scratch("missing.txt").string()); });
+  EXPECT_TRUE(has(m, "cannot open")) << m;
+  // a gzip stream cut short (zlib reads it to where it stops, then reports the early end)
+  auto gz = bytes_of(write_gzip("whole.gz", std::vector<unsigned char>(4000, 7)));
+  gz.resize(gz.size() / 2);
+  m = msg([&] { read_tokens(write_plain("cut.gz", gz)); });
+  EXPECT_TRUE(has(m, "cut.gz' is a gzip stream cut short: it ends at offset")) << m;
+}
+
+TEST(Tokens, WindowsAreTheNextTokenPairsAndFeedTheLoader) {
+  using windows = xtpu::data::token_windows<4>;
+  std::vector<std::int32_t> t(11);
+  for (std::int32_t i = 0; i < 11; ++i) t[static_cast<std::size_t>(i)] = 100 + i;
+  const windows w(t);  // stride 4: windows at 0 and 4 (8 would need tokens up to 12)
+  EXPECT_EQ(w.size(), 2u);
+  EXPECT_EQ(std::vector<std::int32_t>(w.x(1).begin(), w.x(1).end()), (std::vector<std::int32_t>{104, 105, 106, 107}));
+  EXPECT_EQ(std::vector<std::int32_t>(w.y(1).begin(), w.y(1).end()), (std::vector<std::int32_t>{105, 106, 107, 108}));
+  EXPECT_EQ(windows(t, 1).size(), 7u);  // every start 0..6
+  const std::string m = error_message<xtpu::shape_error>([] { windows(std::vector<std::int32_t>(4)); });
+  EXPECT_TRUE(has(m, "token_windows<4>: 4 tokens, fewer than one window needs (5")) << m;
+  EXPECT_THROW(windows(t, 0), xtpu::shape_error);
+
+  const windows w1(t, 1);
+  xtpu::data::loader<2, windows> l(w1, {.shuffle = false});
+  static_assert(std::is_same_v<decltype(l)::x_batch, xtpu::tensor<std::int32_t, 2, 4>>);
+  std::size_t n = 0;
+  for (auto& [x, y] : l) {
+    const auto hx = x.to_host();
+    const auto hy = y.to_host();
+    for (std::size_t i = 0; i < 2; ++i)
+      for (std::size_t j = 0; j < 4; ++j) {
+        EXPECT_EQ(hx(i, j), static_cast<std::int32_t>(100 + 2 * n + i + j));
+        EXPECT_EQ(hy(i, j), hx(i, j) + 1);
+      }
+    ++n;
+  }
+  EXPECT_EQ(n, 3u);  // 7 windows: 3 whole batches
+}
+
 // ---- the loader ----------------------------------------------------------------------------
 
 namespace {

@@ -91,6 +91,25 @@ class gz_reader {
       n -= static_cast<std::size_t>(got);
     }
   }
+  /// Up to n bytes into p: how many (fewer only at the end of the stream; 0 there).
+  std::size_t read_some(void* p, std::size_t n) {
+    auto* out = static_cast<unsigned char*>(p);
+    std::size_t done = 0;
+    while (done < n) {
+      const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 16));
+      const int got = gzread(f_, out + done, chunk);
+      if (got < 0) corrupt();
+      if (got == 0) {
+        int code = Z_OK;
+        gzerror(f_, &code);
+        if (code == Z_BUF_ERROR) fail("is a gzip stream cut short: it ends at offset " + std::to_string(offset_) + " of its uncompressed data (truncated?)");
+        break;
+      }
+      offset_ += static_cast<std::uint64_t>(got);
+      done += static_cast<std::size_t>(got);
+    }
+    return done;
+  }
   std::uint32_t read_be32(const char* what) {
     unsigned char b[4];
     read(b, 4, what);
