@@ -8,6 +8,7 @@
 #pragma once
 
 #include "xtpu/config.hpp"
+#include "xtpu/data/buckets.hpp"
 #include "xtpu/data/dataset.hpp"
 #include "xtpu/data/idx.hpp"
 #include "xtpu/data/loader.hpp"

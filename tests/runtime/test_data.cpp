@@ -278,6 +278,122 @@ TEST(Tokens, WindowsAreTheNextTokenPairsAndFeedTheLoader) {
   EXPECT_EQ(n, 3u);  // 7 windows: 3 whole batches
 }
 
+// ---- buckets: sequences of many lengths on a fixed set of shapes ----------------------------
+
+TEST(Buckets, ALengthGoesToTheSmallestBucketThatHoldsIt) {
+  using b = xtpu::buckets<4, 8, 16>;
+  EXPECT_EQ(b::bucket_of(1), 0u);
+  EXPECT_EQ(b::bucket_of(4), 0u);
+  EXPECT_EQ(b::bucket_of(5), 1u);
+  EXPECT_EQ(b::bucket_of(16), 2u);
+  EXPECT_EQ(b::visit(7, [](auto l) { return decltype(l)::value; }), 8u);
+  const std::string m = error_message<xtpu::shape_error>([] { b::bucket_of(17); });
+  EXPECT_TRUE(has(m, "buckets(4, 8, 16): length 17 is longer than the last bucket (16)")) << m;
+}
+
+namespace {
+using seq_buckets = xtpu::data::sequence_buckets<2, xtpu::buckets<4, 8, 16>>;
+/// Sequences of 3, 5, 5, 9, 17 and 2 tokens; sequence i's tokens are 100 i, 100 i + 1, ...
+std::vector<std::vector<std::int32_t>> sequences() {
+  std::vector<std::vector<std::int32_t>> s;
+  for (std::size_t n : {3u, 5u, 5u, 9u, 17u, 2u}) {
+    std::vector<std::int32_t> t(n);
+    for (std::size_t j = 0; j < n; ++j) t[j] = static_cast<std::int32_t>(100 * s.size() + j);
+    s.push_back(t);
+  }
+  return s;
+}
+}  // namespace
+
+TEST(Buckets, SequencesArePaddedNextTokenSamplesOfTheirBucket) {
+  const seq_buckets d(sequences(), {.shuffle = false});
+  // positions n - 1: 2, 4, 4, 8, 16, 1 -> buckets 4 (four sequences), 8, 16
+  EXPECT_EQ(d.bucket_size(0), 4u);
+  EXPECT_EQ(d.bucket_size(1), 1u);
+  EXPECT_EQ(d.bucket_size(2), 1u);
+  EXPECT_EQ(d.batches_per_epoch(), 4u);  // 2 + 1 + 1: the last two padded with a row of nothing
+  std::set<std::int32_t> seen;
+  std::size_t batches = 0;
+  d.for_each_batch(0, [&](auto& b) {
+    constexpr std::size_t L = std::remove_reference_t<decltype(b)>::length;
+    const auto x = b.x.to_host();
+    const auto y = b.y.to_host();
+    const auto mask = b.mask.to_host();
+    for (std::size_t r = 0; r < 2; ++r) {
+      if (r >= b.real) {  // a row of padding
+        for (std::size_t t = 0; t < L; ++t) EXPECT_EQ(y(r, t), -100);
+        continue;
+      }
+      const std::int32_t first = x(r, 0);
+      seen.insert(first / 100);
+      for (std::size_t t = 0; t < L; ++t) {
+        const bool real = mask(r, t) == 1.0f;
+        if (real) {
+          EXPECT_EQ(x(r, t), first + static_cast<std::int32_t>(t));
+          EXPECT_EQ(y(r, t), x(r, t) + 1);
+        } else {
+          EXPECT_EQ(mask(r, t), 0.0f);
+          EXPECT_EQ(x(r, t), 0);
+          EXPECT_EQ(y(r, t), -100);
+        }
+      }
+    }
+    ++batches;
+  });
+  EXPECT_EQ(batches, 4u);
+  EXPECT_EQ(seen, (std::set<std::int32_t>{0, 1, 2, 3, 4, 5}));  // every sequence once
+
+  auto too_long = sequences();
+  too_long[3].resize(18);
+  std::string m = error_message<xtpu::shape_error>([&] { static_cast<void>(seq_buckets(too_long)); });
+  EXPECT_TRUE(has(m, "sequence 3 has 18 tokens: its 17 positions are longer than the last of the buckets (4, 8, 16)")) << m;
+  auto too_short = sequences();
+  too_short[1].resize(1);
+  m = error_message<xtpu::shape_error>([&] { static_cast<void>(seq_buckets(too_short)); });
+  EXPECT_TRUE(has(m, "sequence 1 has 1 token(s)")) << m;
+  EXPECT_THROW(seq_buckets({}), xtpu::shape_error);
+}
+
+TEST(Buckets, TheOrderIsSeededAndAStepCompilesOncePerBucket) {
+  const seq_buckets a(sequences(), {.seed = 7}), b(sequences(), {.seed = 7});
+  const auto firsts = [](const seq_buckets& d, std::uint64_t epoch) {
+    std::vector<std::int32_t> out;
+    d.for_each_batch(epoch, [&](auto& bt) {
+      const auto x = bt.x.to_host();
+      for (std::size_t r = 0; r < bt.real; ++r) out.push_back(x(r, 0));
+    });
+    return out;
+  };
+  EXPECT_EQ(firsts(a, 0), firsts(b, 0));
+  EXPECT_EQ(firsts(a, 3), firsts(b, 3));
+  std::set<std::vector<std::int32_t>> orders;
+  for (std::uint64_t e = 0; e < 8; ++e) orders.insert(firsts(a, e));
+  EXPECT_GT(orders.size(), 1u);  // epochs differ
+
+  // a step over each batch: one plan per bucket, then none
+  xtpu::tensor<float> total = xtpu::zeros<float>();
+  xtpu::mark_step();  // (total stored: every step below has the same form)
+  const auto before = xtpu::metrics::counter("UncachedCompile");
+  const auto epoch = [&](std::uint64_t e) {
+    a.for_each_batch(e, [&](auto& bt) {
+      total = total + xtpu::sum(xtpu::cast<float>(bt.y) * bt.mask);
+      xtpu::mark_step();
+    });
+  };
+  epoch(0);
+  const auto compiles = xtpu::metrics::counter("UncachedCompile");
+  EXPECT_EQ(compiles - before, 3);  // one plan per bucket
+  epoch(1);
+  epoch(2);
+  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles);
+  // every real target of three epochs: sum over sequences of sum_{j=1}^{n-1} (100 i + j)
+  double want = 0;
+  const auto s = sequences();
+  for (const auto& q : s)
+    for (std::size_t j = 1; j < q.size(); ++j) want += q[j];
+  EXPECT_EQ(static_cast<double>(total.item()), 3 * want);
+}
+
 // ---- the loader ----------------------------------------------------------------------------
 
 namespace {

@@ -1,0 +1,190 @@
+// xtpu/data/buckets.hpp — sequences of many lengths on a fixed set of static shapes.
+//
+// Provides:
+//   xtpu::buckets<L...> — lengths L0 < L1 < ... (at least one): `count`, `lengths`,
+//     bucket_of(n) (the index of the smallest Lk >= n) and visit(n, f), which calls
+//     f(std::integral_constant<std::size_t, Lk>{}) for n's bucket. Code written once over a
+//     length L is instantiated once per bucket: a program's graphs per step are at most `count`,
+//     known when it compiles (torch_xla buckets its input shapes for the same reason).
+//   data::sequence_buckets<Batch, buckets<L...>> — variable-length sequences for next-token
+//     training, grouped by bucket: a sequence s of n tokens is the sample x = s[0, n - 1),
+//     y = s[1, n), in the bucket of n - 1, padded to its length L (x with `pad`, y with
+//     `ignore` — cross_entropy's ignore_index, -100 by default — so a padded position adds
+//     nothing to the loss). for_each_batch(epoch, f) calls f(b) for every batch of the epoch,
+//     b a sequence_batch<Batch, L>: x, y (tensor<int32_t, Batch, L>) and mask
+//     (tensor<float, Batch, L>: 1 at real positions) on the current device, `real` (rows that
+//     are sequences: a bucket's last batch is filled with rows of padding) and `length`. Each
+//     bucket's sequences are shuffled, cut into batches, and the epoch's batches shuffled
+//     across buckets — by splitmix64 of (seed, epoch), the loader's rule: the same order on
+//     every machine.
+// Shape rule: a sequence of n tokens fits when 2 <= n and n - 1 <= the last L.
+// Errors: shape_error — a sequence longer than the last bucket allows (its index, its length
+// and the bucket lengths), or shorter than 2 tokens; no sequences at all.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "xtpu/data/loader.hpp"
+#include "xtpu/error.hpp"
+#include "xtpu/lazy/tensor.hpp"
+
+namespace xtpu {
+
+template <std::size_t... L>
+struct buckets {
+  static_assert(sizeof...(L) >= 1, "xtpu E505 buckets: give at least one length");
+  static constexpr std::size_t count = sizeof...(L);
+  static constexpr std::array<std::size_t, count> lengths{L...};
+  static_assert([] {
+    for (std::size_t k = 0; k < count; ++k)
+      if (lengths[k] == 0 || (k > 0 && lengths[k] <= lengths[k - 1])) return false;
+    return true;
+  }(), "xtpu E505 buckets: lengths must be positive and strictly increasing");
+
+  /// The bucket lengths as text: "(16, 32, 64)".
+  static std::string text() {
+    std::string s = "(";
+    for (std::size_t k = 0; k < count; ++k) s += (k ? ", " : "") + std::to_string(lengths[k]);
+    return s + ")";
+  }
+  /// The index of the smallest length >= n; shape_error (n, the lengths) past the last.
+  static std::size_t bucket_of(std::size_t n) {
+    for (std::size_t k = 0; k < count; ++k)
+      if (n <= lengths[k]) return k;
+    throw shape_error("xtpu: buckets" + text() + ": length " + std::to_string(n) + " is longer than the last bucket (" +
+                      std::to_string(lengths[count - 1]) + ")");
+  }
+  /// f(std::integral_constant<std::size_t, Lk>{}) for n's bucket k; what f returns.
+  template <class F>
+  static decltype(auto) visit(std::size_t n, F&& f) {
+    return visit_index(bucket_of(n), std::forward<F>(f));
+  }
+  /// The same for bucket k itself (k < count).
+  template <class F>
+  static decltype(auto) visit_index(std::size_t k, F&& f) {
+    return visit_at<0>(k, f);
+  }
+
+ private:
+  template <std::size_t K, class F>
+  static decltype(auto) visit_at(std::size_t k, F& f) {
+    if constexpr (K + 1 == count) {
+      return f(std::integral_constant<std::size_t, lengths[K]>{});
+    } else {
+      if (k == K) return f(std::integral_constant<std::size_t, lengths[K]>{});
+      return visit_at<K + 1>(k, f);
+    }
+  }
+};
+
+namespace data {
+
+/// One batch of a bucket of length L (see the header comment).
+template <std::size_t Batch, std::size_t L>
+struct sequence_batch {
+  static constexpr std::size_t length = L;
+  tensor<std::int32_t, Batch, L> x;
+  tensor<std::int32_t, Batch, L> y;
+  tensor<float, Batch, L> mask;
+  std::size_t real = Batch;
+};
+
+template <std::size_t Batch, class Buckets>
+class sequence_buckets;
+
+template <std::size_t Batch, std::size_t... L>
+class sequence_buckets<Batch, buckets<L...>> {
+ public:
+  using buckets_type = buckets<L...>;
+  struct options {
+    std::uint64_t seed = 0;
+    bool shuffle = true;
+    std::int32_t pad = 0;        // x's padding token
+    std::int32_t ignore = -100;  // y's padding: cross_entropy's default ignore_index
+  };
+
+  /// Groups `sequences` by bucket (each kept by value); shape_error for what does not fit.
+  explicit sequence_buckets(std::vector<std::vector<std::int32_t>> sequences, options o = {})
+      : seqs_(std::move(sequences)), opt_(o) {
+    if (seqs_.empty()) throw shape_error("xtpu: sequence_buckets: no sequences");
+    for (std::size_t i = 0; i < seqs_.size(); ++i) {
+      const std::size_t n = seqs_[i].size();
+      if (n < 2) {
+        throw shape_error("xtpu: sequence_buckets: sequence " + std::to_string(i) + " has " + std::to_string(n) +
+                          " token(s); next-token samples need at least 2");
+      }
+      if (n - 1 > buckets_type::lengths[buckets_type::count - 1]) {
+        throw shape_error("xtpu: sequence_buckets: sequence " + std::to_string(i) + " has " + std::to_string(n) +
+                          " tokens: its " + std::to_string(n - 1) + " positions are longer than the last of the buckets " +
+                          buckets_type::text());
+      }
+      members_[buckets_type::bucket_of(n - 1)].push_back(i);
+    }
+  }
+
+  std::size_t size() const noexcept { return seqs_.size(); }
+  /// Sequences in bucket k, and its batches per epoch (the last one padded with empty rows).
+  std::size_t bucket_size(std::size_t k) const { return members_.at(k).size(); }
+  std::size_t batches_per_epoch() const noexcept {
+    std::size_t b = 0;
+    for (const auto& m : members_) b += (m.size() + Batch - 1) / Batch;
+    return b;
+  }
+
+  /// f(sequence_batch<Batch, Lk>&) for every batch of epoch `epoch`, in its seeded order.
+  template <class F>
+  void for_each_batch(std::uint64_t epoch, F&& f) const {
+    struct planned {
+      std::size_t bucket;
+      std::vector<std::size_t> rows;
+    };
+    std::vector<planned> plan;
+    for (std::size_t k = 0; k < buckets_type::count; ++k) {
+      const auto& m = members_[k];
+      const auto order = detail::epoch_order(m.size(), opt_.shuffle, opt_.seed ^ (0x9E3779B97F4A7C15ull * (k + 1)), epoch);
+      for (std::size_t b0 = 0; b0 < m.size(); b0 += Batch) {
+        planned p{k, {}};
+        for (std::size_t j = b0; j < std::min(m.size(), b0 + Batch); ++j) p.rows.push_back(m[order[j]]);
+        plan.push_back(std::move(p));
+      }
+    }
+    const auto batch_order = detail::epoch_order(plan.size(), opt_.shuffle, opt_.seed, epoch);
+    for (const std::size_t p : batch_order) {
+      buckets_type::visit_index(plan[p].bucket, [&](auto length) {
+        auto b = make_batch<decltype(length)::value>(plan[p].rows);
+        f(b);
+      });
+    }
+  }
+
+ private:
+  template <std::size_t Len>
+  sequence_batch<Batch, Len> make_batch(const std::vector<std::size_t>& rows) const {
+    std::vector<std::int32_t> x(Batch * Len, opt_.pad), y(Batch * Len, opt_.ignore);
+    std::vector<float> mask(Batch * Len, 0.0f);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const auto& s = seqs_[rows[r]];
+      for (std::size_t t = 0; t + 1 < s.size(); ++t) {
+        x[r * Len + t] = s[t];
+        y[r * Len + t] = s[t + 1];
+        mask[r * Len + t] = 1.0f;
+      }
+    }
+    return {from_host<std::int32_t, Batch, Len>(x.data(), x.size()), from_host<std::int32_t, Batch, Len>(y.data(), y.size()),
+            from_host<float, Batch, Len>(mask.data(), mask.size()), rows.size()};
+  }
+
+  std::vector<std::vector<std::int32_t>> seqs_;
+  options opt_;
+  std::array<std::vector<std::size_t>, buckets_type::count> members_{};
+};
+
+}  // namespace data
+}  // namespace xtpu
