@@ -217,6 +217,8 @@ TEST(Tokens, ReadsBytesU16AndI32LittleEndianPlainAndGzipped) {
             (std::vector<std::int32_t>{258, 65535}));
   EXPECT_EQ(read_tokens(write_gzip("t.i32.gz", {0x70, 0x11, 0x01, 0x00, 1, 0, 0, 0}), token_format::i32),
             (std::vector<std::int32_t>{70000, 1}));
+  // a plain file is never taken for gzip: this u16 file starts with gzip's magic bytes 1f 8b
+  EXPECT_EQ(read_tokens(write_plain("magic.u16", {0x1F, 0x8B, 7, 0}), token_format::u16), (std::vector<std::int32_t>{35615, 7}));
   // more than one read's worth (64 KiB)
   std::vector<unsigned char> big;
   for (std::uint32_t i = 0; i < 50000; ++i) big.insert(big.end(), {static_cast<unsigned char>(i), static_cast<unsigned char>(i >> 8)});
@@ -236,7 +238,7 @@ TEST(Tokens, EachBadFileIsADataErrorNamingTheFileAndTheOffset) {
   m = msg([&] { read_tokens(write_plain("vocab.u16", {1, 0, 0x10, 0x27}), token_format::u16, 5000); });
   EXPECT_TRUE(has(m, "has token 10000 at offset 2: outside the vocabulary [0, 5000)")) << m;
   m = msg([&] { read_tokens(write_plain("neg.i32", {0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF}), token_format::i32); });
-  EXPECT_TRUE(has(m, "has token -1 at offset 4: token ids are not negative")) << m;
+  EXPECT_TRUE(has(m, "has token -1 at offset 4: token ids cannot be negative")) << m;
   m = msg([&] { read_tokens(write_plain("empty.txt", {})); });
   EXPECT_TRUE(has(m, "holds no token")) << m;
   m = msg([&] { read_tokens(scratch("missing.txt").string()); });
@@ -287,6 +289,8 @@ TEST(Buckets, ALengthGoesToTheSmallestBucketThatHoldsIt) {
   EXPECT_EQ(b::bucket_of(5), 1u);
   EXPECT_EQ(b::bucket_of(16), 2u);
   EXPECT_EQ(b::visit(7, [](auto l) { return decltype(l)::value; }), 8u);
+  EXPECT_EQ(b::visit_index(2, [](auto l) { return decltype(l)::value; }), 16u);
+  EXPECT_THROW(b::visit_index(3, [](auto) {}), xtpu::shape_error);
   const std::string m = error_message<xtpu::shape_error>([] { b::bucket_of(17); });
   EXPECT_TRUE(has(m, "buckets(4, 8, 16): length 17 is longer than the last bucket (16)")) << m;
 }
@@ -321,7 +325,11 @@ TEST(Buckets, SequencesArePaddedNextTokenSamplesOfTheirBucket) {
     const auto mask = b.mask.to_host();
     for (std::size_t r = 0; r < 2; ++r) {
       if (r >= b.real) {  // a row of padding
-        for (std::size_t t = 0; t < L; ++t) EXPECT_EQ(y(r, t), -100);
+        for (std::size_t t = 0; t < L; ++t) {
+          EXPECT_EQ(x(r, t), 0);
+          EXPECT_EQ(y(r, t), -100);
+          EXPECT_EQ(mask(r, t), 0.0f);
+        }
         continue;
       }
       const std::int32_t first = x(r, 0);

@@ -1,11 +1,12 @@
 // xtpu/data/buckets.hpp — sequences of many lengths on a fixed set of static shapes.
 //
 // Provides:
-//   xtpu::buckets<L...> — lengths L0 < L1 < ... (at least one): `count`, `lengths`,
-//     bucket_of(n) (the index of the smallest Lk >= n) and visit(n, f), which calls
-//     f(std::integral_constant<std::size_t, Lk>{}) for n's bucket. Code written once over a
-//     length L is instantiated once per bucket: a program's graphs per step are at most `count`,
-//     known when it compiles (torch_xla buckets its input shapes for the same reason).
+//   xtpu::buckets<L...> — lengths L0 < L1 < ... (at least one): `count`, `lengths`, text(),
+//     bucket_of(n) (the index of the smallest Lk >= n) and visit(n, f) / visit_index(k, f),
+//     which call f(std::integral_constant<std::size_t, Lk>{}) for n's bucket (for bucket k) and
+//     return what it returns — one type for every bucket, or nothing. Code written once over
+//     a length L is instantiated once per bucket: a program's graphs per step are at most
+//     `count`, known when it compiles (torch_xla buckets its input shapes for the same reason).
 //   data::sequence_buckets<Batch, buckets<L...>> — variable-length sequences for next-token
 //     training, grouped by bucket: a sequence s of n tokens is the sample x = s[0, n - 1),
 //     y = s[1, n), in the bucket of n - 1, padded to its length L (x with `pad`, y with
@@ -18,8 +19,10 @@
 //     across buckets — by splitmix64 of (seed, epoch), the loader's rule: the same order on
 //     every machine.
 // Shape rule: a sequence of n tokens fits when 2 <= n and n - 1 <= the last L.
-// Errors: shape_error — a sequence longer than the last bucket allows (its index, its length
-// and the bucket lengths), or shorter than 2 tokens; no sequences at all.
+// Errors: E505 (lengths not positive and strictly increasing); shape_error — bucket_of(n) past
+// the last length, visit_index / bucket_size of no bucket, a sequence longer than the last
+// bucket allows (its index, its length and the bucket lengths) or shorter than 2 tokens, no
+// sequences at all.
 #pragma once
 
 #include <algorithm>
@@ -66,10 +69,15 @@ struct buckets {
   static decltype(auto) visit(std::size_t n, F&& f) {
     return visit_index(bucket_of(n), std::forward<F>(f));
   }
-  /// The same for bucket k itself (k < count).
+  /// The same for bucket k itself; shape_error unless k < count.
   template <class F>
   static decltype(auto) visit_index(std::size_t k, F&& f) {
+    check_index(k);
     return visit_at<0>(k, f);
+  }
+  /// shape_error unless k names a bucket.
+  static void check_index(std::size_t k) {
+    if (k >= count) throw shape_error("xtpu: buckets" + text() + ": no bucket " + std::to_string(k) + " (there are " + std::to_string(count) + ")");
   }
 
  private:
@@ -96,6 +104,14 @@ struct sequence_batch {
   std::size_t real = Batch;
 };
 
+/// How sequence_buckets orders and pads (the loader's options' names where they mean the same).
+struct bucket_options {
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  std::int32_t pad = 0;        // x's padding token
+  std::int32_t ignore = -100;  // y's padding: cross_entropy's default ignore_index
+};
+
 template <std::size_t Batch, class Buckets>
 class sequence_buckets;
 
@@ -103,15 +119,9 @@ template <std::size_t Batch, std::size_t... L>
 class sequence_buckets<Batch, buckets<L...>> {
  public:
   using buckets_type = buckets<L...>;
-  struct options {
-    std::uint64_t seed = 0;
-    bool shuffle = true;
-    std::int32_t pad = 0;        // x's padding token
-    std::int32_t ignore = -100;  // y's padding: cross_entropy's default ignore_index
-  };
 
   /// Groups `sequences` by bucket (each kept by value); shape_error for what does not fit.
-  explicit sequence_buckets(std::vector<std::vector<std::int32_t>> sequences, options o = {})
+  explicit sequence_buckets(std::vector<std::vector<std::int32_t>> sequences, bucket_options o = {})
       : seqs_(std::move(sequences)), opt_(o) {
     if (seqs_.empty()) throw shape_error("xtpu: sequence_buckets: no sequences");
     for (std::size_t i = 0; i < seqs_.size(); ++i) {
@@ -131,7 +141,10 @@ class sequence_buckets<Batch, buckets<L...>> {
 
   std::size_t size() const noexcept { return seqs_.size(); }
   /// Sequences in bucket k, and its batches per epoch (the last one padded with empty rows).
-  std::size_t bucket_size(std::size_t k) const { return members_.at(k).size(); }
+  std::size_t bucket_size(std::size_t k) const {
+    buckets_type::check_index(k);
+    return members_[k].size();
+  }
   std::size_t batches_per_epoch() const noexcept {
     std::size_t b = 0;
     for (const auto& m : members_) b += (m.size() + Batch - 1) / Batch;
@@ -182,7 +195,7 @@ class sequence_buckets<Batch, buckets<L...>> {
   }
 
   std::vector<std::vector<std::int32_t>> seqs_;
-  options opt_;
+  bucket_options opt_;
   std::array<std::vector<std::size_t>, buckets_type::count> members_{};
 };
 

@@ -100,9 +100,7 @@ class gz_reader {
       const int got = gzread(f_, out + done, chunk);
       if (got < 0) corrupt();
       if (got == 0) {
-        int code = Z_OK;
-        gzerror(f_, &code);
-        if (code == Z_BUF_ERROR) fail("is a gzip stream cut short: it ends at offset " + std::to_string(offset_) + " of its uncompressed data (truncated?)");
+        check_whole();
         break;
       }
       offset_ += static_cast<std::uint64_t>(got);
@@ -135,6 +133,7 @@ class gz_reader {
     const int got = gzread(f_, &b, 1);
     if (got < 0) corrupt();
     if (got > 0) fail("has bytes after its data, from offset " + std::to_string(offset_) + " (not an IDX file?)");
+    check_whole();
   }
   [[noreturn]] void fail(const std::string& what) const { throw data_error("xtpu: '" + path_ + "' " + what); }
   std::uint64_t offset() const noexcept { return offset_; }
@@ -142,6 +141,16 @@ class gz_reader {
  private:
   [[noreturn]] void fail_at_open(int err) const {
     throw data_error("xtpu: cannot open '" + path_ + "': " + (err != 0 ? std::strerror(err) : "zlib could not start"));
+  }
+  /// At the end of what zlib gave: a gzip stream cut short (its last block, its CRC or its
+  /// length missing) reads as an early end, and only gzerror says so.
+  void check_whole() const {
+    int code = Z_OK;
+    gzerror(f_, &code);
+    if (code == Z_BUF_ERROR) {
+      fail("is a gzip stream cut short: it ends at offset " + std::to_string(offset_) +
+           " of its uncompressed data (truncated?)");
+    }
   }
   [[noreturn]] void corrupt() const {
     int code = 0;

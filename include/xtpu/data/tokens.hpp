@@ -4,9 +4,12 @@
 //   token_format — how a raw token file holds its tokens: `bytes` (one byte each: any file read
 //     as bytes, text included — a byte-level vocabulary of 256), `u16` (little-endian uint16,
 //     nanoGPT's train.bin), `i32` (little-endian int32);
-//   read_tokens(path, format, vocab = 0) -> std::vector<std::int32_t>, plain or gzip; with
-//     vocab > 0 every token must lie in [0, vocab);
-//   token_windows<Seq> — a dataset (the loader's interface: x_type, y_type, size(), x(i), y(i))
+//   read_tokens(path, format, vocab = 0) -> std::vector<std::int32_t>: a path ending in .gz is
+//     a gzip stream, any other the tokens as they are (never sniffed: a u16 file whose first
+//     token is 35615 starts with gzip's magic bytes); with vocab > 0 every token must lie in
+//     [0, vocab);
+//   token_windows<Seq> — a dataset (the loader's interface: x_type, y_type, x_size, y_size,
+//     size(), x(i), y(i))
 //     of next-token windows over a token sequence: sample i is x = tokens[i s, i s + Seq) and
 //     y = tokens[i s + 1, i s + Seq + 1), the token after each position (s: the stride, Seq
 //     unless given); x_type = y_type = tensor<int32_t, Seq>. It holds its own copy of the tokens.
@@ -18,8 +21,11 @@
 // fewer than Seq + 1 tokens (both counts), a stride of 0.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -33,14 +39,51 @@ namespace xtpu::data {
 
 enum class token_format { bytes, u16, i32 };
 
+namespace detail {
+/// A token file's bytes chunk by chunk, with the offset reached: through zlib for a .gz path,
+/// else as they are; failures are data_errors naming the file (and offsets, in the message).
+class token_source {
+ public:
+  explicit token_source(const std::string& path) : path_(path) {
+    if (path.ends_with(".gz")) {
+      gz_.emplace(path);
+    } else if ((f_ = std::fopen(path.c_str(), "rb")) == nullptr) {
+      const int err = errno;
+      throw data_error("xtpu: cannot open '" + path + "': " + std::strerror(err));
+    }
+  }
+  token_source(const token_source&) = delete;
+  token_source& operator=(const token_source&) = delete;
+  ~token_source() {
+    if (f_ != nullptr) std::fclose(f_);
+  }
+  /// Up to n bytes into p: how many (0 at the end).
+  std::size_t read_some(void* p, std::size_t n) {
+    if (gz_) return gz_->read_some(p, n);
+    const std::size_t got = std::fread(p, 1, n, f_);
+    if (got < n && std::ferror(f_) != 0) fail("cannot be read after offset " + std::to_string(offset_ + got));
+    offset_ += got;
+    return got;
+  }
+  std::uint64_t offset() const noexcept { return gz_ ? gz_->offset() : offset_; }
+  [[noreturn]] void fail(const std::string& what) const { throw data_error("xtpu: '" + path_ + "' " + what); }
+
+ private:
+  std::string path_;
+  std::optional<gz_reader> gz_;
+  std::FILE* f_ = nullptr;
+  std::uint64_t offset_ = 0;
+};
+}  // namespace detail
+
 /// Bytes per token of a format.
 constexpr std::size_t token_bytes(token_format f) noexcept { return f == token_format::bytes ? 1 : f == token_format::u16 ? 2 : 4; }
 
-/// The tokens of the raw token file at `path` (plain or gzip), in order; data_error (file and
-/// offset named) for what the header comment lists.
+/// The tokens of the raw token file at `path` (gzip when it ends in .gz), in order;
+/// data_error (file and offset named) for what the header comment lists.
 inline std::vector<std::int32_t> read_tokens(const std::string& path, token_format format = token_format::bytes,
                                              std::int64_t vocab = 0) {
-  detail::gz_reader in(path);
+  detail::token_source in(path);
   const std::size_t width = token_bytes(format);
   std::vector<std::int32_t> out;
   std::vector<unsigned char> buf(std::size_t{1} << 16);
@@ -63,7 +106,7 @@ inline std::vector<std::int32_t> read_tokens(const std::string& path, token_form
       }
       if (t < 0 || (vocab > 0 && t >= vocab)) {
         in.fail("has token " + std::to_string(t) + " at offset " + std::to_string(first + i) +
-                (t < 0 ? ": token ids are not negative" : ": outside the vocabulary [0, " + std::to_string(vocab) + ")"));
+                (t < 0 ? ": token ids cannot be negative" : ": outside the vocabulary [0, " + std::to_string(vocab) + ")"));
       }
       out.push_back(static_cast<std::int32_t>(t));
     }

@@ -45,8 +45,9 @@ inline constexpr std::size_t width_v = kernels::simd::traits<lanes_t<P>>::size;
 
 /// A flat index map from shape Out, as terms (i / div) % mod * mul (mod 0: none), one per run
 /// of Out's axes that moves through the source with one stride: axes the source does not move
-/// along (stride 0) give no term, and an axis whose stride is the next one's times that axis's
-/// length joins its run. `Strides[d]`: the source's step per step along Out's axis d.
+/// along (stride 0) give no term, and axis d joins the run of axis d + 1 when
+/// strides[d] = strides[d + 1] × (length of axis d + 1). strides[d]: the source's step per
+/// step along Out's axis d.
 struct index_term {
   std::size_t div, mod, mul;
 };
