@@ -59,12 +59,21 @@ inline const char* idx_type_name(int code) noexcept {
   }
 }
 
+/// The data_error for the file at `path`: "xtpu: '<path>' <what>" (every reader's failures).
+inline data_error file_error(const std::string& path, const std::string& what) {
+  return data_error("xtpu: '" + path + "' " + what);
+}
+/// The data_error for a file that cannot be opened (`err`: errno, 0 when zlib failed to start).
+inline data_error open_error(const std::string& path, int err) {
+  return data_error("xtpu: cannot open '" + path + "': " + (err != 0 ? std::strerror(err) : "zlib could not start"));
+}
+
 /// A file read front to back through zlib, with the offset of the next byte; every failure is
 /// a data_error that names the file and that offset.
 class gz_reader {
  public:
   explicit gz_reader(const std::string& path) : path_(path), f_(gzopen(path.c_str(), "rb")) {
-    if (f_ == nullptr) fail_at_open(errno);
+    if (f_ == nullptr) throw open_error(path_, errno);
   }
   gz_reader(const gz_reader&) = delete;
   gz_reader& operator=(const gz_reader&) = delete;
@@ -74,21 +83,10 @@ class gz_reader {
 
   /// Reads n bytes into p or throws: `what` says what they were to be.
   void read(void* p, std::size_t n, const char* what) {
-    auto* out = static_cast<unsigned char*>(p);
     const std::uint64_t start = offset_;
-    while (n > 0) {
-      // 64 KiB at a time: a failing read names where it failed to that precision
-      const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n, 1u << 16));
-      const int got = gzread(f_, out, chunk);
-      if (got < 0) corrupt();
-      offset_ += static_cast<std::uint64_t>(got);
-      if (got == 0) {
-        fail("ends at offset " + std::to_string(offset_) + ": " + what + " needs " +
-             std::to_string(offset_ - start + n) + " bytes from offset " + std::to_string(start) +
-             " (truncated?)");
-      }
-      out += got;
-      n -= static_cast<std::size_t>(got);
+    if (read_some(p, n) < n) {
+      fail("ends at offset " + std::to_string(offset_) + ": " + what + " needs " + std::to_string(n) +
+           " bytes from offset " + std::to_string(start) + " (truncated?)");
     }
   }
   /// Up to n bytes into p: how many (fewer only at the end of the stream; 0 there).
@@ -135,13 +133,10 @@ class gz_reader {
     if (got > 0) fail("has bytes after its data, from offset " + std::to_string(offset_) + " (not an IDX file?)");
     check_whole();
   }
-  [[noreturn]] void fail(const std::string& what) const { throw data_error("xtpu: '" + path_ + "' " + what); }
+  [[noreturn]] void fail(const std::string& what) const { throw file_error(path_, what); }
   std::uint64_t offset() const noexcept { return offset_; }
 
  private:
-  [[noreturn]] void fail_at_open(int err) const {
-    throw data_error("xtpu: cannot open '" + path_ + "': " + (err != 0 ? std::strerror(err) : "zlib could not start"));
-  }
   /// At the end of what zlib gave: a gzip stream cut short (its last block, its CRC or its
   /// length missing) reads as an early end, and only gzerror says so.
   void check_whole() const {

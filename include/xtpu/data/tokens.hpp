@@ -48,8 +48,7 @@ class token_source {
     if (path.ends_with(".gz")) {
       gz_.emplace(path);
     } else if ((f_ = std::fopen(path.c_str(), "rb")) == nullptr) {
-      const int err = errno;
-      throw data_error("xtpu: cannot open '" + path + "': " + std::strerror(err));
+      throw open_error(path, errno);
     }
   }
   token_source(const token_source&) = delete;
@@ -66,7 +65,7 @@ class token_source {
     return got;
   }
   std::uint64_t offset() const noexcept { return gz_ ? gz_->offset() : offset_; }
-  [[noreturn]] void fail(const std::string& what) const { throw data_error("xtpu: '" + path_ + "' " + what); }
+  [[noreturn]] void fail(const std::string& what) const { throw file_error(path_, what); }
 
  private:
   std::string path_;
