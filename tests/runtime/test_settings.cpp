@@ -53,6 +53,9 @@ TEST_F(Settings, CacheSize) {
   XTPU_EXPECT_BAD("XTPU_USE_BF16", "2", "XTPU_USE_BF16='2' is not valid for use_bf16: expected an integer in \\[0, 1\\]");
   XTPU_EXPECT_BAD("XTPU_USE_BF16", "yes", "XTPU_USE_BF16='yes'");
   EXPECT_EXIT(start_with("XTPU_USE_BF16", "1"), ::testing::ExitedWithCode(0), "");
+  XTPU_EXPECT_BAD("XTPU_DEBUG", "3", "XTPU_DEBUG='3' is not valid for debug_level: expected an integer in \\[0, 2\\]");
+  XTPU_EXPECT_BAD("XTPU_DEBUG", "on", "XTPU_DEBUG='on'");
+  EXPECT_EXIT(start_with("XTPU_DEBUG", "2"), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(Settings, MemoryFraction) {

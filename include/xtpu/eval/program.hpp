@@ -46,6 +46,11 @@ struct kernel_desc {
   /// all (a materialized child reads it, before the loop) — so its output may share l's buffer.
   std::uint64_t same_index_leaves = 0;
   bool f32 = false;  // its output is float (XTPU_USE_BF16 rounds what it stores)
+  // what it computes, for debug output: its root op, and its output's dtype and dims
+  op_tag tag = op_tag::statement;
+  const char* dtype_name = "";
+  const std::size_t* dims = nullptr;
+  std::uint32_t rank = 0;
 };
 
 template <class N, slots S>
@@ -141,6 +146,10 @@ constexpr kernel_desc describe(void (*run)(const bound&, void*)) {
                 static_cast<std::uint32_t>(S.temp), static_cast<std::uint32_t>(own_slots<N, S>.temp),
                 N::shape_type::size * sizeof(typename N::value_type), N::shape_type::size};
   d.f32 = std::is_same_v<typename N::value_type, float>;
+  if constexpr (requires { N::tag; }) d.tag = N::tag;
+  d.dtype_name = dtype_name_v<typename N::value_type>.data();
+  d.dims = N::shape_type::dims.data();
+  d.rank = static_cast<std::uint32_t>(N::shape_type::rank);
   if constexpr (mxu::detail::matmul_info<N>::is) {
     using I = mxu::detail::matmul_info<N>;
     d.mm_m = I::M, d.mm_k = I::K, d.mm_n = I::N, d.mm_batch = I::batch, d.mm_passes = I::passes;

@@ -36,8 +36,9 @@ struct take_node : detail::node_base<take_node<Axis, X, I>> {
   static constexpr bool weak = false, materialized = false;
   using counts = detail::counts_of<X, I>;
   static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps;
+  static constexpr op_tag tag = op_tag::take;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<op_tag::take, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint});
   using children = std::tuple<X, I>;
   detail::pack_for_t<children> args;
 };
@@ -51,8 +52,9 @@ struct scatter_add_node : detail::node_base<scatter_add_node<Axis, Shape, G, I>>
   static constexpr bool weak = false, materialized = true;
   using counts = detail::counts_of<G, I>;
   static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps + 1;
+  static constexpr op_tag tag = op_tag::scatter_add;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<op_tag::scatter_add, value_type, shape_type>(), {Axis, G::fingerprint, I::fingerprint});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, G::fingerprint, I::fingerprint});
   using children = std::tuple<G, I>;
   detail::pack_for_t<children> args;
 };
@@ -65,8 +67,9 @@ struct gather_node : detail::node_base<gather_node<Axis, X, I>> {
   static constexpr bool weak = false, materialized = false;
   using counts = detail::counts_of<X, I>;
   static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps;
+  static constexpr op_tag tag = op_tag::gather;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<op_tag::gather, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint});
   using children = std::tuple<X, I>;
   detail::pack_for_t<children> args;
 };
@@ -80,8 +83,9 @@ struct scatter_along_node : detail::node_base<scatter_along_node<Axis, Shape, G,
   static constexpr bool weak = false, materialized = true;
   using counts = detail::counts_of<G, I>;
   static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps + 1;
+  static constexpr op_tag tag = op_tag::scatter_along;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<op_tag::scatter_along, value_type, shape_type>(), {Axis, G::fingerprint, I::fingerprint});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, G::fingerprint, I::fingerprint});
   using children = std::tuple<G, I>;
   detail::pack_for_t<children> args;
 };

@@ -24,8 +24,9 @@ struct slice_node : detail::node_base<slice_node<Axis, Begin, End, C>> {
   using shape_type = detail::set_axis_t<typename C::shape_type, Axis, End - Begin>;
   static constexpr bool weak = C::weak, materialized = false;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps;
+  static constexpr op_tag tag = op_tag::slice;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<op_tag::slice, value_type, shape_type>(), {Axis, Begin, C::fingerprint});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, Begin, C::fingerprint});
   using children = std::tuple<C>;
   detail::pack_for_t<children> args;
 };
@@ -36,8 +37,9 @@ struct pad_node : detail::node_base<pad_node<Axis, Before, After, C>> {
   using shape_type = detail::set_axis_t<typename C::shape_type, Axis, detail::extent_v<typename C::shape_type, Axis> + Before + After>;
   static constexpr bool weak = C::weak, materialized = false;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars + 1, n_temps = C::n_temps;
+  static constexpr op_tag tag = op_tag::pad;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<op_tag::pad, value_type, shape_type>(), {Axis, Before, C::fingerprint});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, Before, C::fingerprint});
   using children = std::tuple<C>;
   detail::pack_for_t<children> args;
   double value;  // the padding: a graph input, the node's own scalar (after the child's)
@@ -53,8 +55,9 @@ struct concat_node : detail::node_base<concat_node<Axis, C...>> {
   static constexpr bool weak = false, materialized = false;
   using counts = detail::counts_of<C...>;
   static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps;
+  static constexpr op_tag tag = op_tag::concat;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<op_tag::concat, value_type, shape_type>(), {Axis, C::fingerprint...});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, C::fingerprint...});
   using children = std::tuple<C...>;
   detail::pack_for_t<children> args;
 };

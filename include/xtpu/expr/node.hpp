@@ -41,6 +41,7 @@
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/shape/check.hpp"
 #include "xtpu/shape/extents.hpp"
+#include "xtpu/source_location.hpp"
 
 namespace xtpu {
 
@@ -211,9 +212,9 @@ struct node_base {
   using xtpu_node = void;
   void collect(recorder& r) const { detail::collect(static_cast<const D&>(*this), r); }
   /// Runs what is pending and reads the single value (a sync point; E401 if size != 1).
-  auto item() const;
+  auto item(xtpu::source_location where = xtpu::source_location::current()) const;
   /// Runs what is pending and copies the value to the host (a sync point).
-  auto to_host() const;
+  auto to_host(xtpu::source_location where = xtpu::source_location::current()) const;
 };
 
 template <class T>
@@ -233,7 +234,8 @@ struct leaf : detail::node_base<leaf<Tensor, Owned>> {
   using shape_type = typename Tensor::shape_type;
   static constexpr bool weak = false, materialized = false;
   static constexpr std::size_t n_leaves = 1, n_scalars = 0, n_temps = 0;
-  static constexpr std::uint64_t fingerprint = detail::head_hash<op_tag::leaf, value_type, shape_type>();
+  static constexpr op_tag tag = op_tag::leaf;  // the root op (debug descriptions)
+  static constexpr std::uint64_t fingerprint = detail::head_hash<tag, value_type, shape_type>();
   using children = std::tuple<>;
   std::conditional_t<Owned, Tensor, const Tensor*> held;
   std::uint64_t serial = 0;  // the held tensor's lifetime serial (checked builds; else 0)
@@ -272,7 +274,8 @@ struct scalar : detail::node_base<scalar<T>> {
   using shape_type = extents<>;
   static constexpr bool weak = true, materialized = false;
   static constexpr std::size_t n_leaves = 0, n_scalars = 1, n_temps = 0;
-  static constexpr std::uint64_t fingerprint = detail::head_hash<op_tag::scalar, T, extents<>>();
+  static constexpr op_tag tag = op_tag::scalar;  // the root op (debug descriptions)
+  static constexpr std::uint64_t fingerprint = detail::head_hash<tag, T, extents<>>();
   using children = std::tuple<>;
   double value;
   std::uint64_t origin = 0;  // copies of one scalar node share it (detail::recorder)
@@ -288,7 +291,8 @@ struct generator : detail::node_base<generator<Gen, T, Shape>> {
   using shape_type = Shape;
   static constexpr bool weak = false, materialized = false;
   static constexpr std::size_t n_leaves = 0, n_scalars = Gen::n_params, n_temps = 0;
-  static constexpr std::uint64_t fingerprint = detail::head_hash<Gen::tag, T, Shape>();
+  static constexpr op_tag tag = Gen::tag;  // the root op (debug descriptions)
+  static constexpr std::uint64_t fingerprint = detail::head_hash<tag, T, Shape>();
   using children = std::tuple<>;
   std::array<double, Gen::n_params> params;
   std::uint64_t origin = detail::scalar_origins(Gen::n_params);  // copies share it: one value, CSE sees one node
@@ -309,8 +313,9 @@ struct map : detail::node_base<map<Op, C...>> {
   static constexpr bool weak = (C::weak && ...), materialized = false;
   using counts = detail::counts_of<C...>;
   static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps;
+  static constexpr op_tag tag = Op::tag;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<Op::tag, value_type, shape_type>(), {C::fingerprint..., Op::param});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {C::fingerprint..., Op::param});
   using children = std::tuple<C...>;
   detail::pack_for_t<children> args;
 };
@@ -323,8 +328,9 @@ struct reshape_node : detail::node_base<reshape_node<Shape, C>> {
   using shape_type = Shape;
   static constexpr bool weak = C::weak, materialized = false;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps;
+  static constexpr op_tag tag = op_tag::reshape;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<op_tag::reshape, value_type, Shape>(), {C::fingerprint});
+      detail::extend(detail::head_hash<tag, value_type, Shape>(), {C::fingerprint});
   using children = std::tuple<C>;
   detail::pack_for_t<children> args;
 };
@@ -347,8 +353,9 @@ struct permute_node : detail::node_base<permute_node<C, Perm...>> {
   using shape_type = detail::permute_t<typename C::shape_type, Perm...>;
   static constexpr bool weak = C::weak, materialized = false;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps;
+  static constexpr op_tag tag = op_tag::permute;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<op_tag::permute, value_type, shape_type>(), {Perm..., C::fingerprint});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Perm..., C::fingerprint});
   using children = std::tuple<C>;
   detail::pack_for_t<children> args;
 };
@@ -377,8 +384,9 @@ struct matmul_node : detail::node_base<matmul_node<Prec, L, R, Out>> {
   static constexpr bool weak = false, materialized = true;
   using counts = detail::counts_of<L, R>;
   static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps + 1;
+  static constexpr op_tag tag = op_tag::matmul;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint = detail::extend(
-      detail::head_hash<op_tag::matmul, value_type, shape_type>(),
+      detail::head_hash<tag, value_type, shape_type>(),
       {static_cast<std::uint64_t>(Prec), L::fingerprint, R::fingerprint});
   using children = std::tuple<L, R>;
   detail::pack_for_t<children> args;
@@ -393,8 +401,9 @@ struct reduce_node : detail::node_base<reduce_node<Op, Axis, C>> {
   using shape_type = std::conditional_t<Axis == all_axes, extents<>, detail::reduce_t<typename C::shape_type, Axis>>;
   static constexpr bool weak = false, materialized = true;
   static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps + 1;
+  static constexpr op_tag tag = Op::tag;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint = detail::extend(
-      detail::head_hash<Op::tag, value_type, shape_type>(),
+      detail::head_hash<tag, value_type, shape_type>(),
       {static_cast<std::uint64_t>(static_cast<std::int64_t>(
            Axis == all_axes ? Axis : static_cast<int>(detail::normalize_axis_v<typename C::shape_type, Axis>))),
        C::fingerprint});

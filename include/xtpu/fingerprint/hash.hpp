@@ -1,8 +1,8 @@
 // xtpu/fingerprint/hash.hpp — the constexpr structural hash behind every graph fingerprint.
 //
 // Provides: xtpu::detail::combine (a Merkle step over 64-bit words), detail::combine_run (the
-// same over a run-time array, for a step's key) and xtpu::op_tag, the
-// append-only numbering of operations. A fingerprint is built from op tags, dtype codes,
+// same over a run-time array, for a step's key), xtpu::op_tag, the
+// append-only numbering of operations, and op_name(tag) (its name in debug output). A fingerprint is built from op tags, dtype codes,
 // dims, op parameters and child fingerprints only — never from type names, typeid or
 // addresses — so g++ and clang++ agree, and so do two runs.
 #pragma once
@@ -28,6 +28,40 @@ enum class op_tag : std::uint32_t {
   gelu_tanh = 90, gelu_tanh_grad = 91,  // unary, continued
   statement = 100, step = 101,
 };
+
+/// The name of an op as debug output prints it (XTPU_DEBUG's recompile explanations).
+constexpr const char* op_name(op_tag t) noexcept {
+  switch (t) {
+    case op_tag::leaf: return "tensor";       case op_tag::scalar: return "scalar";
+    case op_tag::full: return "full";         case op_tag::normal: return "normal";
+    case op_tag::iota: return "iota";         case op_tag::uniform: return "uniform";
+    case op_tag::add: return "add";           case op_tag::sub: return "sub";
+    case op_tag::mul: return "mul";           case op_tag::div: return "div";
+    case op_tag::neg: return "neg";           case op_tag::exp: return "exp";
+    case op_tag::log: return "log";           case op_tag::sqrt: return "sqrt";
+    case op_tag::rsqrt: return "rsqrt";       case op_tag::abs: return "abs";
+    case op_tag::tanh: return "tanh";         case op_tag::sigmoid: return "sigmoid";
+    case op_tag::relu: return "relu";         case op_tag::gelu: return "gelu";
+    case op_tag::gelu_grad: return "gelu_grad";
+    case op_tag::maximum: return "maximum";   case op_tag::minimum: return "minimum";
+    case op_tag::pow: return "pow";           case op_tag::lt: return "lt";
+    case op_tag::le: return "le";             case op_tag::gt: return "gt";
+    case op_tag::ge: return "ge";             case op_tag::eq: return "eq";
+    case op_tag::ne: return "ne";             case op_tag::where: return "where";
+    case op_tag::cast: return "cast";         case op_tag::matmul: return "matmul";
+    case op_tag::reshape: return "reshape";   case op_tag::permute: return "permute";
+    case op_tag::slice: return "slice";       case op_tag::pad: return "pad";
+    case op_tag::concat: return "concat";     case op_tag::take: return "take";
+    case op_tag::scatter_add: return "scatter_add";
+    case op_tag::gather: return "gather";     case op_tag::scatter_along: return "scatter_along";
+    case op_tag::sum: return "sum";           case op_tag::mean: return "mean";
+    case op_tag::max: return "max";           case op_tag::gelu_tanh: return "gelu_tanh";
+    case op_tag::gelu_tanh_grad: return "gelu_tanh_grad";
+    case op_tag::statement: return "statement";
+    case op_tag::step: return "step";
+  }
+  return "op";
+}
 
 namespace detail {
 

@@ -1,7 +1,8 @@
 // xtpu/lazy/step.hpp — the pending step, its key, the plan cache, and mark_step().
 //
-// Provides: xtpu::mark_step(), xtpu::lazy::{pending_statements, explain, plan_cache_entries,
-// set_plan_cache_capacity, clear_plan_cache}, and in detail the step that records statements,
+// Provides: xtpu::mark_step(), xtpu::no_recompile_after(n), xtpu::allow_recompiles(),
+// xtpu::lazy::{pending_statements, explain, plan_cache_entries, set_plan_cache_capacity,
+// clear_plan_cache}, and in detail the step that records statements,
 // keys them and runs them (the plan and its passes: lazy/plan.hpp).
 //
 // Model (docs/lazy.md, docs/devices.md): every thread has one pending step per device (chip)
@@ -16,8 +17,11 @@
 // one arena by lifetime) and times it as CompileTime; a hit only binds buffers and scalars.
 // All output memory is allocated on the step's chip before any kernel runs, so an
 // out_of_memory leaves the step pending and nothing lost.
+// A compile is reported at XTPU_DEBUG >= 1 (metrics/debug.hpp), with how its graph differs from
+// the closest cached one (lazy/recompile.hpp).
 // Errors: sync_error (reading a tensor pending in another thread's step); device_mismatch (an
-// expression reading tensors of two chips); config_error for a bad XTPU_* setting
+// expression reading tensors of two chips); compilation_error (a compile after
+// no_recompile_after took effect: the step stays pending); config_error for a bad XTPU_* setting
 // (settings::check_environment, run by the first step or tensor).
 #pragma once
 
@@ -30,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -38,8 +43,11 @@
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/eval/program.hpp"
 #include "xtpu/lazy/plan.hpp"
+#include "xtpu/lazy/recompile.hpp"
+#include "xtpu/metrics/debug.hpp"
 #include "xtpu/metrics/metrics.hpp"
 #include "xtpu/settings.hpp"
+#include "xtpu/source_location.hpp"
 
 namespace xtpu::detail {
 
@@ -153,19 +161,33 @@ class plan_cache {
     lru_.splice(lru_.begin(), lru_, it->second);
     return it->second->compiled;
   }
-  void insert(std::uint64_t key, std::vector<std::uint64_t> sig, std::shared_ptr<const plan> p) {
+  void insert(std::uint64_t key, std::vector<std::uint64_t> sig, std::shared_ptr<const plan> p, graph_sketch sketch) {
     std::lock_guard lock(mu_);
     if (auto it = index_.find(key); it != index_.end()) {
       lru_.erase(it->second);
       index_.erase(it);
     }
-    lru_.push_front(entry{key, std::move(sig), std::move(p)});
+    lru_.push_front(entry{key, std::move(sig), std::move(p), std::move(sketch)});
     index_[key] = lru_.begin();
     trim();
   }
   std::size_t size() const {
     std::lock_guard lock(mu_);
     return lru_.size();
+  }
+  /// The graph hash of the cached step closest to (sketch, sig) and how they differ; an
+  /// empty hash when nothing is cached.
+  std::pair<std::string, std::vector<std::string>> nearest(const graph_sketch& sketch,
+                                                           const std::vector<std::uint64_t>& sig) const {
+    std::lock_guard lock(mu_);
+    const entry* best = nullptr;
+    std::pair<std::size_t, std::size_t> best_score{};
+    for (const auto& e : lru_) {
+      const auto score = closeness(sketch, sig, e.sketch, e.signature);
+      if (best == nullptr || score > best_score) best = &e, best_score = score;
+    }
+    if (best == nullptr) return {};
+    return {hash_text(graph_hash(best->signature)), differences(best->sketch, best->signature, sketch, sig)};
   }
   /// config_error unless n is in cache_setting's range.
   void set_capacity(std::size_t n) {
@@ -186,6 +208,7 @@ class plan_cache {
     std::uint64_t key;
     std::vector<std::uint64_t> signature;
     std::shared_ptr<const plan> compiled;
+    graph_sketch sketch;  // to explain a later recompile
   };
   plan_cache() {
     const auto e = settings::from_env(cache_setting);
@@ -216,6 +239,7 @@ inline void check_environment() {
     (void)kernels::detail::threads_cell();
     (void)xtpu::detail::plan_cache::instance();  // XTPU_CACHE_SIZE
     (void)xtpu::detail::use_bf16_cell();         // XTPU_USE_BF16
+    (void)debug::detail::level_cell();           // XTPU_DEBUG
     return true;
   }();
   (void)checked;
@@ -237,7 +261,7 @@ class step {
   static step& of(chip& c);
   /// Runs every step this thread has pending, on every device, in the order the devices were
   /// first used by this thread.
-  static void run_all();
+  static void run_all(const debug::trigger& why);
 
   chip& on() const noexcept { return *chip_; }
 
@@ -269,20 +293,22 @@ class step {
       std::size_t g0 = s.signature_.size();
       ~guard() { s.undo_compiled(g0); }
     } undo{*this};
-    return dump(*compiled(counters::get()), stmts_, signature_);
+    return dump(*compiled(counters::get(), nullptr), stmts_, signature_);
   }
 
   /// Compiles (or finds) and runs everything pending. On an exception the step stays pending
   /// as it was recorded: the run holds no tensor alive afterwards and every buffer it allocated
   /// is freed, so it can be retried any number of times, after dropping pending tensors or
   /// freeing memory.
-  void run() {
+  void run(const debug::trigger& why) {
     if (stmts_.empty()) return;
     auto& c = counters::get();
     const std::size_t g0 = signature_.size();
     arena_grown_ = false;
     try {
-      execute(*compiled(c));
+      const auto p = compiled(c, &why);
+      if (debug::level() >= 2) debug::detail::emit(debug::analysis("Execution", graph_info(why)));
+      execute(*p);
     } catch (...) {
       for (auto& o : outputs_)  // outputs are fresh storages: nothing but this run gave them memory
         if (o) o->buffer = device_buffer();
@@ -302,8 +328,9 @@ class step {
 
   /// The plan of what is pending, from the cache or built now (holding the live outputs in
   /// outputs_ and appending the liveness and donation words and the chip to signature_; the
-  /// caller undoes both).
-  std::shared_ptr<const plan> compiled(counters& c) {
+  /// caller undoes both). `why`: what runs the step (null: explain(), which runs nothing) —
+  /// a compile is then reported (XTPU_DEBUG) and checked against no_recompile_after.
+  std::shared_ptr<const plan> compiled(counters& c, const debug::trigger* why) {
     hold_live_outputs();
     find_donatable();
     append_bits(stmts_.size(), [&](std::size_t i) { return outputs_[i] != nullptr; });
@@ -315,16 +342,54 @@ class step {
     std::shared_ptr<const plan> p = cache.find(key, signature_);
     if (p) {
       c.cached.add();
-    } else {
-      {
-        time_sample t{c.compile_time};
-        p = std::make_shared<const plan>(
-            planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, chip_->spec()}).build());
-      }
-      cache.insert(key, signature_, p);
-      c.uncached.add();
+      return p;
+    }
+    graph_sketch sketch = graph_sketch::of(stmts_, n_external_);
+    const bool strict = why != nullptr && debug::detail::strict_now();
+    const bool report = why != nullptr && debug::level() >= 1;
+    debug::graph_info g;
+    if (strict || report) {
+      g = graph_info(*why);
+      std::tie(g.closest, g.differs) = cache.nearest(sketch, signature_);
+    }
+    if (strict) throw compilation_error(late_compile_message(g));
+    {
+      time_sample t{c.compile_time};
+      p = std::make_shared<const plan>(
+          planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, chip_->spec()}).build());
+    }
+    cache.insert(key, signature_, p, std::move(sketch));
+    c.uncached.add();
+    if (why != nullptr) {
+      debug::detail::note_compile(g.differs.empty() ? std::string() : g.differs.front());
+      if (report) debug::detail::emit(debug::analysis("Compilation", g));
     }
     return p;
+  }
+
+  /// This step as the debug blocks show it (outputs: the live statements; call after compiled()).
+  debug::graph_info graph_info(const debug::trigger& why) const {
+    debug::graph_info g;
+    std::tie(g.hash_hi, g.hash_lo) = graph_hash(signature_);
+    g.inputs = n_external_;
+    for (const auto& o : outputs_) g.outputs += o != nullptr;
+    g.by = why;
+    return g;
+  }
+
+  /// The compilation_error of a compile after no_recompile_after took effect.
+  static std::string late_compile_message(const debug::graph_info& g) {
+    std::string m = "xtpu: a step compiled after xtpu::no_recompile_after took effect (step " +
+                    std::to_string(debug::detail::clock::get().steps.load()) + ", run by " +
+                    debug::detail::frame_text(g.by.where) + "): its graph " + hash_text({g.hash_hi, g.hash_lo}) + " is new";
+    if (g.closest.empty()) {
+      m += "; no graph is cached to compare it with (the cache was cleared)";
+    } else {
+      m += "; it differs from the closest cached graph " + g.closest + ":";
+      for (const auto& d : g.differs) m += "\n  " + d;
+    }
+    return m + "\nThe step stays pending and nothing is lost: call xtpu::allow_recompiles() to let it compile, or "
+               "record the same statements (shapes, dtypes, wiring, kept results) every step";
   }
 
   /// outputs_[i] = the output of statement i if it is live, else null; held for the whole run
@@ -660,9 +725,9 @@ class thread_steps {
 };
 
 inline step& step::of(chip& c) { return thread_steps::get().of(c); }
-inline void step::run_all() {
+inline void step::run_all(const debug::trigger& why) {
   settings::check_environment();
-  thread_steps::get().for_each([](step& s) { s.run(); });
+  thread_steps::get().for_each([&](step& s) { s.run(why); });
 }
 
 /// The chip a leaf-free expression (zeros, random, a scalar) or the first tensor of an
@@ -699,10 +764,31 @@ namespace xtpu {
 
 /// Runs everything pending in this thread as one step per device (compiled once per distinct
 /// step, then reused). The torch_xla `xm.mark_step()`.
-inline void mark_step() {
-  detail::counters::get().mark_step.add();
-  detail::step::run_all();
+namespace detail {
+/// mark_step's body, for the calls that run a step at a step's end (optimizer_step too).
+inline void end_step(const debug::trigger& why) {
+  counters::get().mark_step.add();
+  step::run_all(why);
+  debug::detail::note_step();
 }
+}  // namespace detail
+
+/// Runs everything this thread has pending, on every device, as one step per device.
+/// `where`: the caller (XTPU_DEBUG's "C++ Frame Triggered Execution").
+inline void mark_step(xtpu::source_location where = xtpu::source_location::current()) {
+  detail::end_step(debug::trigger{debug::cause::mark_step, where});
+}
+
+/// From the step after the next `steps` mark_step() calls on, a step that needs a new plan
+/// throws compilation_error (the step stays pending) with how its graph differs from the
+/// closest cached one: a guard against a late recompile (torch_xla's "is CompileTime still
+/// growing?"). no_recompile_after(0): from now on.
+inline void no_recompile_after(std::size_t steps) {
+  auto& c = debug::detail::clock::get();
+  c.strict_from.store(c.steps.load() + static_cast<std::int64_t>(steps));
+}
+/// Lets every step compile again (undoes no_recompile_after).
+inline void allow_recompiles() { debug::detail::clock::get().strict_from.store(-1); }
 
 namespace lazy {
 /// Statements recorded in this thread on device d (by default the current one) and not yet run.

@@ -92,10 +92,13 @@ template <class T, std::size_t... D>
 inline constexpr bool is_host_fixed_v<xt::xtensor_fixed<T, xt::xshape<D...>>> = true;
 
 /// A sync point: runs what this thread has pending on the chip of s; sync_error if another
-/// thread's step computes s.
-inline void sync(const storage& s) {
+/// thread's step computes s. `where`: the user's call that reads (XTPU_DEBUG counts it when it
+/// runs a step).
+inline void sync(const storage& s, const xtpu::source_location& where) {
   counters::get().sync_points.add();
-  step::of(*s.dev).run();
+  step& st = step::of(*s.dev);
+  if (st.size() != 0) debug::detail::note_sync(where);
+  st.run(debug::trigger{debug::cause::sync_point, where});
   if (const void* o = s.owner.load(std::memory_order_acquire); o != nullptr) throw_not_readable(o);
 }
 
@@ -166,24 +169,24 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   }
 
   /// The value on the host (a sync point); see host_type.
-  host_type to_host() const {
+  host_type to_host(xtpu::source_location where = xtpu::source_location::current()) const {
     host_type out;
     if constexpr (!detail::is_host_fixed_v<host_type>) out.resize({Dims...});
-    read_into(out.data());
+    read_into(out.data(), where);
     return out;
   }
   /// The value into an existing host array; its shape must match (E501).
   template <class U, class S, xt::layout_type L, bool Sh>
-  void to_host(xt::xtensor_fixed<U, S, L, Sh>& out) const {
+  void to_host(xt::xtensor_fixed<U, S, L, Sh>& out, xtpu::source_location where = xtpu::source_location::current()) const {
     static_assert((check_host_shape<S>(), true));
     static_assert((detail::check_host_dtype<U, T>(), true));
-    read_into(out.data());
+    read_into(out.data(), where);
   }
   /// The single element (a sync point; E401 if size != 1).
-  T item() const {
+  T item(xtpu::source_location where = xtpu::source_location::current()) const {
     check::item<shape_type>();
     T v{};
-    read_into(&v);
+    read_into(&v, where);
     return v;
   }
 
@@ -203,9 +206,9 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   /// The value on device d: this tensor itself if it lives there, else a copy made now — an
   /// explicit transfer between chips, timed as TransferDeviceToDeviceTime (a pending value is
   /// computed first: a sync point). out_of_memory on d leaves this tensor as it was.
-  tensor to(const xtpu::device& d) const {
+  tensor to(const xtpu::device& d, xtpu::source_location where = xtpu::source_location::current()) const {
     if (&d.chip() == storage_->dev) return *this;
-    if (pending()) detail::sync(*storage_);
+    if (pending()) detail::sync(*storage_, where);
     tensor out(d, storage_->buffer.data(), detail::counters::get().between_devices);
     return out;
   }
@@ -246,8 +249,9 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
     s->buffer = detail::device_buffer(d.chip(), bytes, what, detail::hbm_charge(bytes, std::is_same_v<T, float>));
     return s;
   }
-  void read_into(T* dst) const {
-    detail::sync(*storage_);
+  void read_into(T* dst, const xtpu::source_location& where) const {
+    detail::sync(*storage_, where);
+    debug::detail::note_transfer();
     detail::time_sample t{detail::counters::get().from_device};
     std::memcpy(static_cast<void*>(dst), storage_->buffer.data(), bytes);
   }
@@ -289,12 +293,12 @@ auto as_tensor(const X& x) {
 }
 
 template <class D>
-auto node_base<D>::item() const {
-  return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this)).item();
+auto node_base<D>::item(xtpu::source_location where) const {
+  return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this)).item(where);
 }
 template <class D>
-auto node_base<D>::to_host() const {
-  return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this)).to_host();
+auto node_base<D>::to_host(xtpu::source_location where) const {
+  return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this)).to_host(where);
 }
 }  // namespace detail
 
@@ -474,3 +478,4 @@ std::ostream& operator<<(std::ostream& os, const tensor<T, Dims...>& t) {
 }  // namespace xtpu
 
 #include "xtpu/lazy/grad.hpp"  // the reverse-mode rules every taped statement points to
+#include "xtpu/source_location.hpp"

@@ -29,6 +29,7 @@
 
 #include "xtpu/lazy/grad.hpp"
 #include "xtpu/nn/module.hpp"
+#include "xtpu/source_location.hpp"
 
 namespace xtpu::optim {
 
@@ -334,8 +335,8 @@ namespace xtpu {
 /// The optimizer's update, recorded in the pending step with the forward and backward
 /// statements, then mark_step(): one compiled step (torch_xla's xm.optimizer_step).
 template <class Optimizer>
-void optimizer_step(Optimizer& opt) {
+void optimizer_step(Optimizer& opt, xtpu::source_location where = xtpu::source_location::current()) {
   opt.step();
-  mark_step();
+  detail::end_step(debug::trigger{debug::cause::optimizer_step, where});
 }
 }  // namespace xtpu

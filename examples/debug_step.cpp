@@ -1,0 +1,88 @@
+// XTPU_DEBUG and the late-recompile guard on a small training loop (docs/debugging.md).
+//
+// 1. Training with debug level 1: one Compilation Analysis block per plan compile (the initial
+//    values, the training step), and — because the loop reads the loss every step — the
+//    profiler's "TransferFromDeviceTime too frequent" warning.
+// 2. xtpu::no_recompile_after(0) once the loop is steady; then an evaluation on a batch of
+//    another size needs a new plan: compilation_error, saying which statement differs. The
+//    step stays pending; after xtpu::allow_recompiles() it runs.
+// The debug output goes to debug_step.log in the working directory and is printed at the end.
+// Self-checking: exits non-zero unless the loss falls, the log has exactly the expected
+// blocks and warning, and the late compile threw with the difference and lost nothing.
+#include <xtpu/xtpu.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+namespace {
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+int main() {
+  using xtpu::tensor;
+  constexpr std::size_t batch = 32, eval_batch = 8, in = 8, hidden = 16;
+  const std::string log = "debug_step.log";
+  std::remove(log.c_str());
+  xtpu::debug::set_file(log);  // as XTPU_DEBUG_FILE=debug_step.log
+  xtpu::debug::set_level(1);   // as XTPU_DEBUG=1
+
+  const tensor<float, batch, in> x = xtpu::random::normal<float, batch, in>(1);
+  const tensor<float, in, 1> truth = xtpu::random::normal<float, in, 1>(2, 0.0f, 0.5f);
+  const tensor<float, batch, 1> y = xtpu::tanh(xtpu::matmul(x, truth));
+  tensor<float, in, hidden> w1 = xtpu::random::normal<float, in, hidden>(3, 0.0f, 0.3f);
+  tensor<float, hidden, 1> w2 = xtpu::random::normal<float, hidden, 1>(4, 0.0f, 0.3f);
+  xtpu::mark_step();  // compile 1: the initial values
+
+  float first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    tensor<float, batch, hidden> h = xtpu::tanh(xtpu::matmul(x, w1));  // x (B, I), w1 (I, H) -> (B, H)
+    const auto err = xtpu::matmul(h, w2) - y;                          // (B, 1)
+    tensor<float> loss = xtpu::mean(err * err);
+    auto [g1, g2] = xtpu::grad(loss, w1, w2);
+    w1 = w1 - 0.2f * g1;
+    w2 = w2 - 0.2f * g2;
+    xtpu::mark_step();      // compile 2 (step 0), then cached
+    last = loss.item();     // a read every step: counted, and warned about after warm-up
+    if (step == 0) first = last;
+  }
+  std::printf("training: loss %.4f -> %.4f\n", static_cast<double>(first), static_cast<double>(last));
+
+  // the loop is steady: from now on a new plan is a bug
+  xtpu::no_recompile_after(0);
+  const tensor<float, eval_batch, in> xe = xtpu::random::normal<float, eval_batch, in>(5);
+  tensor<float, eval_batch, 1> pred = xtpu::matmul(xtpu::tanh(xtpu::matmul(xe, w1)), w2);
+  std::string late;
+  try {
+    xtpu::mark_step();
+  } catch (const xtpu::compilation_error& e) {
+    late = e.what();
+    std::printf("caught compilation_error:\n%s\n", late.c_str());
+  }
+  const bool still_pending = pred.pending();
+  xtpu::allow_recompiles();  // an evaluation of another batch size is meant: let it compile
+  xtpu::mark_step();
+  const float p0 = pred.to_host()(0, 0);
+
+  std::ifstream in_log(log);
+  std::stringstream text;
+  text << in_log.rdbuf();
+  const std::string out = text.str();
+  std::cout << "---- " << log << " ----\n" << out << "----\n";
+
+  const bool learned = last < 0.5f * first;
+  const bool blocks = count(out, "Compilation Analysis: Compilation Cause") == 3;  // init, training, evaluation
+  const bool warned = count(out, "xtpu-profiler: TransferFromDeviceTime too frequent: 10 counts during 10 steps") == 1;
+  const bool guarded = late.find("it differs from the closest cached graph") != std::string::npos &&
+                       late.find("-> f32[8,") != std::string::npos && still_pending && std::isfinite(p0);
+  std::printf("learned: %s; compile blocks: %s; transfer warning: %s; late compile guarded: %s\n", learned ? "yes" : "NO",
+              blocks ? "3" : "WRONG", warned ? "yes" : "NO", guarded ? "yes" : "NO");
+  return learned && blocks && warned && guarded ? 0 : 1;
+}

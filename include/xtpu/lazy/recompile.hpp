@@ -1,0 +1,164 @@
+// xtpu/lazy/recompile.hpp — why a step compiled: how its graph differs from the closest cached one.
+//
+// Provides (xtpu::detail): graph_sketch (what a cached plan keeps of its step to explain a
+// recompile later), graph_hash (a step's 128-bit graph hash: its plan-cache key, then a second
+// hash of the same signature), describe (a statement as text: "matmul -> f32[128,512]") and
+// differences (the lines XTPU_DEBUG and the strict mode print: which statement, which
+// op/dtype/shape, which operand's wiring, which result kept or dropped, which input donated,
+// which device).
+// The signature's layout is lazy/plan.hpp's: per statement its fingerprint, a wiring code per
+// leaf, a slot code per scalar; then the liveness bits (64 a word), the donation bits, the chip.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xtpu/fingerprint/hash.hpp"
+#include "xtpu/lazy/plan.hpp"
+
+namespace xtpu::detail {
+
+/// What a cached plan keeps of its step: each statement's kernel table and where its words
+/// start in the signature, and how many external tensors the step read.
+struct graph_sketch {
+  struct stmt {
+    const kernel_desc* kernels;
+    std::uint32_t n_kernels, sig_begin, n_leaves;
+  };
+  std::vector<stmt> stmts;
+  std::uint32_t n_external = 0;
+
+  static graph_sketch of(const std::vector<statement>& ss, std::uint32_t n_external) {
+    graph_sketch g;
+    g.stmts.reserve(ss.size());
+    for (const auto& s : ss) g.stmts.push_back(stmt{s.kernels, s.n_kernels, s.sig_begin, s.n_leaves});
+    g.n_external = n_external;
+    return g;
+  }
+  /// Where the statements' words end in a signature of this step (the liveness bits start).
+  std::size_t tail_begin(std::size_t sig_size) const noexcept {
+    return sig_size - ((stmts.size() + 63) / 64 + (n_external + 63) / 64 + 1);
+  }
+};
+
+/// The 128-bit graph hash of a step's signature: its plan-cache key, then a second hash.
+inline std::pair<std::uint64_t, std::uint64_t> graph_hash(const std::vector<std::uint64_t>& sig) {
+  return {combine_run(static_cast<std::uint64_t>(op_tag::step), sig.data(), sig.size()),
+          combine_run(static_cast<std::uint64_t>(op_tag::statement), sig.data(), sig.size())};
+}
+inline std::string hash_text(std::pair<std::uint64_t, std::uint64_t> h) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h.first),
+                static_cast<unsigned long long>(h.second));
+  return buf;
+}
+
+/// A kernel's root op and output type: "matmul -> f32[128,512]".
+inline std::string describe(const kernel_desc& k) {
+  std::string s = std::string(op_name(k.tag)) + " -> " + k.dtype_name + "[";
+  for (std::uint32_t a = 0; a < k.rank; ++a) s += (a ? "," : "") + std::to_string(k.dims[a]);
+  return s + "]";
+}
+inline std::string describe(const graph_sketch::stmt& s) { return describe(s.kernels[s.n_kernels - 1]); }
+
+namespace recompile_detail {
+inline std::string wiring_text(std::uint64_t code) {
+  return is_step_output(code) ? "the result of statement " + std::to_string(code_index(code))
+                              : "input " + std::to_string(code_index(code)) + " (a tensor from outside the step)";
+}
+inline bool bit(const std::vector<std::uint64_t>& sig, std::size_t word0, std::size_t i) {
+  return (sig[word0 + i / 64] >> (i % 64)) & 1u;
+}
+inline std::size_t equal_statements(const graph_sketch& a, const std::vector<std::uint64_t>& sa, const graph_sketch& b,
+                                    const std::vector<std::uint64_t>& sb) {
+  std::size_t n = 0;
+  const std::size_t ta = a.tail_begin(sa.size()), tb = b.tail_begin(sb.size());
+  for (std::size_t i = 0; i < std::min(a.stmts.size(), b.stmts.size()); ++i) {
+    const std::size_t a0 = a.stmts[i].sig_begin, a1 = i + 1 < a.stmts.size() ? a.stmts[i + 1].sig_begin : ta;
+    const std::size_t b0 = b.stmts[i].sig_begin, b1 = i + 1 < b.stmts.size() ? b.stmts[i + 1].sig_begin : tb;
+    if (a1 - a0 == b1 - b0 && std::equal(sa.begin() + a0, sa.begin() + a1, sb.begin() + b0)) ++n;
+  }
+  return n;
+}
+}  // namespace recompile_detail
+
+/// How likely `b` is what `a` was meant to match: statements equal word for word, then the
+/// nearer statement count.
+inline std::pair<std::size_t, std::size_t> closeness(const graph_sketch& a, const std::vector<std::uint64_t>& sa,
+                                                     const graph_sketch& b, const std::vector<std::uint64_t>& sb) {
+  const std::size_t na = a.stmts.size(), nb = b.stmts.size();
+  return {recompile_detail::equal_statements(a, sa, b, sb), SIZE_MAX - (na > nb ? na - nb : nb - na)};
+}
+
+/// How step `now` (signature sn) differs from the cached step `old` (so): at most `limit` lines.
+inline std::vector<std::string> differences(const graph_sketch& old, const std::vector<std::uint64_t>& so,
+                                            const graph_sketch& now, const std::vector<std::uint64_t>& sn,
+                                            std::size_t limit = 8) {
+  using namespace recompile_detail;
+  std::vector<std::string> out;
+  std::size_t more = 0;
+  auto say = [&](std::string line) {
+    if (out.size() < limit) out.push_back(std::move(line));
+    else ++more;
+  };
+  const std::size_t to = old.tail_begin(so.size()), tn = now.tail_begin(sn.size());
+  if (so.back() != sn.back()) say("it runs on another device (a plan is compiled for one chip)");
+  const std::size_t n_old = old.stmts.size(), n_new = now.stmts.size(), n = std::min(n_old, n_new);
+  if (recompile_detail::equal_statements(old, so, now, sn) == 0 && std::max(n_old, n_new) > 1) {
+    out.push_back("it shares no statement with any cached graph: a step of another kind (each kind compiles once); "
+                  "if it should have matched this one, the first differences are");
+    limit = std::min<std::size_t>(limit, 4);
+  }
+  auto statements = [](std::size_t k) { return std::to_string(k) + (k == 1 ? " statement" : " statements"); };
+  if (n_old != n_new) {
+    say("it has " + statements(n_new) + ", the cached graph " + std::to_string(n_old) +
+        (n_new > n_old ? " (from statement " + std::to_string(n_old) + " on: " + describe(now.stmts[n_old]) + ", ...)"
+                       : " (statement " + std::to_string(n_new) + " was " + describe(old.stmts[n_new]) + ")"));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& a = old.stmts[i];
+    const auto& b = now.stmts[i];
+    const std::size_t a0 = a.sig_begin, a1 = i + 1 < n_old ? old.stmts[i + 1].sig_begin : to;
+    const std::size_t b0 = b.sig_begin, b1 = i + 1 < n_new ? now.stmts[i + 1].sig_begin : tn;
+    const std::string s = "statement " + std::to_string(i);
+    if (so[a0] != sn[b0]) {
+      const std::string da = describe(a), db = describe(b);
+      if (da != db) say(s + ": " + db + ", the cached graph " + da);
+      else say(s + " (" + db + "): its expression differs below the root (an op, a dtype, a shape or a parameter)");
+      continue;
+    }
+    bool wiring = false;
+    for (std::uint32_t l = 0; l < b.n_leaves && !wiring; ++l) {
+      if (so[a0 + 1 + l] != sn[b0 + 1 + l]) {
+        say(s + " (" + describe(b) + ") reads " + wiring_text(sn[b0 + 1 + l]) + " as operand " + std::to_string(l) +
+            ", the cached graph " + wiring_text(so[a0 + 1 + l]));
+        wiring = true;
+      }
+    }
+    if (!wiring && !std::equal(so.begin() + a0, so.begin() + a1, sn.begin() + b0, sn.begin() + b1))
+      say(s + " (" + describe(b) + ") uses one scalar node where the cached graph has two, or the other way round");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool was = bit(so, to, i), is = bit(sn, tn, i);
+    if (was != is)
+      say("the result of statement " + std::to_string(i) + " (" + describe(now.stmts[i]) + ") is " +
+          (is ? "kept (a tensor outside the step holds it); in the cached graph it was dead"
+              : "dead (nothing outside the step holds it); in the cached graph it was kept"));
+  }
+  const std::size_t d_old = to + (n_old + 63) / 64, d_new = tn + (n_new + 63) / 64;
+  for (std::uint32_t x = 0; x < std::min(old.n_external, now.n_external); ++x) {
+    const bool was = bit(so, d_old, x), is = bit(sn, d_new, x);
+    if (was != is)
+      say("input " + std::to_string(x) + (is ? " may be overwritten in place now (only the step holds it)"
+                                              : " may not be overwritten in place now (another handle to it is alive)"));
+  }
+  if (more) out.push_back("... and " + std::to_string(more) + " more");
+  if (out.empty()) out.push_back("no difference found in its statements, their wiring, what they keep or what they overwrite");
+  return out;
+}
+
+}  // namespace xtpu::detail
