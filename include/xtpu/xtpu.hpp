@@ -2,9 +2,10 @@
 //
 // Static-shape tensors whose expressions are the graph, compile-time fingerprints, and a lazy
 // mark_step() runtime on an emulated TPU. See README.md and docs/.
-// Everything but io/ (checkpoints and safetensors files): xtpu/io/checkpoint.hpp (io::save,
-// io::load) parses JSON with nlohmann-json, which costs every translation unit that includes it
-// about 2 s of g++ time (3.4 s -> 5.6 s for this header alone); a program that saves includes it.
+// Everything but io/ (checkpoints and safetensors files) and bench/ (the step-timing harness):
+// xtpu/io/checkpoint.hpp (io::save, io::load) and xtpu/bench/steps.hpp use nlohmann-json, which
+// costs every translation unit that includes it about 2 s of g++ time (3.4 s -> 5.6 s for this
+// header alone); a program that saves, or times its step, includes them.
 #pragma once
 
 #include "xtpu/config.hpp"

@@ -121,6 +121,11 @@ class chip {
   }
   std::uint64_t bytes_in_use() const noexcept { return in_use_.load(); }
   std::uint64_t peak_bytes_in_use() const noexcept { return peak_.load(); }
+  /// Starts the high-water mark again from what is in use now.
+  void reset_peak() noexcept {
+    std::lock_guard lock(mu_);
+    peak_.store(in_use_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
   std::size_t live_buffers() const {
     std::lock_guard lock(mu_);
     return live_count_;
@@ -289,6 +294,8 @@ class device {
   std::uint64_t capacity() const noexcept { return chip_->capacity(); }
   std::uint64_t bytes_in_use() const noexcept { return chip_->bytes_in_use(); }
   std::uint64_t peak_bytes_in_use() const noexcept { return chip_->peak_bytes_in_use(); }
+  /// Starts peak_bytes_in_use() again from bytes_in_use() (a phase's own peak, e.g. bench::steps).
+  void reset_peak() const noexcept { chip_->reset_peak(); }
   std::size_t live_buffers() const { return chip_->live_buffers(); }
   /// Host memory held for reuse by this chip's allocator (not counted as HBM in use).
   std::size_t cached_bytes() const { return chip_->cached_bytes(); }

@@ -104,12 +104,12 @@ struct time_sample {
 };
 
 struct counters {
-  metrics::detail::counter_cell &mark_step, &cached, &uncached, &sync_points, &kernels, &cse, &dead, &mxu_cycles;
+  metrics::detail::counter_cell &mark_step, &cached, &uncached, &sync_points, &sync_runs, &kernels, &cse, &dead, &mxu_cycles;
   metrics::detail::metric_cell &compile_time, &execute_time, &to_device, &from_device, &between_devices, &mxu_utilization;
   static counters& get() {
     auto& r = metrics::detail::registry::instance();
     static counters c{r.counter("MarkStep"), r.counter("CachedCompile"), r.counter("UncachedCompile"),
-                      r.counter("SyncPoints"), r.counter("KernelLaunch"), r.counter("CseEliminated"),
+                      r.counter("SyncPoints"), r.counter("SyncPointExecutions"), r.counter("KernelLaunch"), r.counter("CseEliminated"),
                       r.counter("DeadStatements"), r.counter("MxuCycles"), r.metric("CompileTime"),
                       r.metric("ExecuteTime"), r.metric("TransferToDeviceTime"), r.metric("TransferFromDeviceTime"),
                       r.metric("TransferDeviceToDeviceTime"),

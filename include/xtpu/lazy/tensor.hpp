@@ -97,7 +97,10 @@ inline constexpr bool is_host_fixed_v<xt::xtensor_fixed<T, xt::xshape<D...>>> = 
 inline void sync(const storage& s, const xtpu::source_location& where) {
   counters::get().sync_points.add();
   step& st = step::of(*s.dev);
-  if (st.size() != 0) debug::detail::note_sync(where);
+  if (st.size() != 0) {  // it runs a step: a read before mark_step
+    counters::get().sync_runs.add();
+    debug::detail::note_sync(where);
+  }
   st.run(debug::trigger{debug::cause::sync_point, where});
   if (const void* o = s.owner.load(std::memory_order_acquire); o != nullptr) throw_not_readable(o);
 }
