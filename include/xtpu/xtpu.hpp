@@ -48,6 +48,7 @@
 #include "xtpu/lazy/tensor.hpp"
 #include "xtpu/metrics/debug.hpp"
 #include "xtpu/metrics/metrics.hpp"
+#include "xtpu/metrics/trace.hpp"
 #include "xtpu/nn/attention.hpp"
 #include "xtpu/nn/dropout.hpp"
 #include "xtpu/nn/embedding.hpp"

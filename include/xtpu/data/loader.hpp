@@ -13,7 +13,8 @@
 // — the same on every machine, compiler and thread count; rank r of `world` takes positions
 // r, r + world, ... of it (N / world samples, the same count on every rank).
 // Prefetch: with prefetch = k > 0 a background thread copies the next k batches to the device
-// (TransferToDeviceTime) while the caller's step runs; the caller's waits are LoaderWaitTime.
+// (TransferToDeviceTime) while the caller's step runs; the caller's waits are LoaderWaitTime
+// (both spans in an XTPU_TRACE trace, metrics/trace.hpp).
 // Errors: config_error (world = 0, rank >= world; resume() of a position from a loader whose
 // order differs, both described); shape_error (a shard without one batch);
 // an exception while a batch is made (out_of_memory) reaches the caller at that batch, and
@@ -45,6 +46,7 @@
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/lazy/tensor.hpp"
 #include "xtpu/metrics/metrics.hpp"
+#include "xtpu/metrics/trace.hpp"
 #include "xtpu/settings.hpp"
 
 namespace xtpu::data {
@@ -269,6 +271,8 @@ class loader {
       }
       slot s;
       try {
+        trace::detail::span traced("loader", "loader: prefetch batch", 0);
+        if (traced.active()) traced.add_args("\"batch\": " + std::to_string(b));
         s.b.emplace(make(b));
       } catch (...) {
         s.err = std::current_exception();
@@ -294,6 +298,7 @@ class loader {
     }
     static auto& waited = metrics::detail::registry::instance().metric("LoaderWaitTime");
     const auto t0 = std::chrono::steady_clock::now();
+    trace::detail::span traced("loader", opt_.prefetch == 0 ? "loader: make batch" : "loader: wait for batch", 0);
     slot s;
     if (opt_.prefetch == 0) {
       try {

@@ -46,6 +46,7 @@
 #include "xtpu/lazy/recompile.hpp"
 #include "xtpu/metrics/debug.hpp"
 #include "xtpu/metrics/metrics.hpp"
+#include "xtpu/metrics/trace.hpp"
 #include "xtpu/settings.hpp"
 #include "xtpu/source_location.hpp"
 
@@ -240,6 +241,7 @@ inline void check_environment() {
     (void)xtpu::detail::plan_cache::instance();  // XTPU_CACHE_SIZE
     (void)xtpu::detail::use_bf16_cell();         // XTPU_USE_BF16
     (void)debug::detail::level_cell();           // XTPU_DEBUG
+    (void)trace::detail::recorder::get();        // XTPU_TRACE: recording starts here
     return true;
   }();
   (void)checked;
@@ -305,6 +307,11 @@ class step {
     auto& c = counters::get();
     const std::size_t g0 = signature_.size();
     arena_grown_ = false;
+    trace::detail::span traced("step", "step", trace_pid());
+    if (traced.active())
+      traced.add_args("\"cause\": " + trace::detail::json_string(debug::cause_text(why.why)) + ", \"called from\": " +
+                      trace::detail::json_string(debug::detail::frame_text(why.where)) +
+                      ", \"statements\": " + std::to_string(stmts_.size()));
     try {
       const auto p = compiled(c, &why);
       if (debug::level() >= 2) debug::detail::emit(debug::analysis("Execution", graph_info(why)));
@@ -355,6 +362,7 @@ class step {
     if (strict) throw compilation_error(late_compile_message(g));
     {
       time_sample t{c.compile_time};
+      trace::detail::span traced("compile", "compile", trace_pid());
       p = std::make_shared<const plan>(
           planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, chip_->spec()}).build());
     }
@@ -512,6 +520,7 @@ class step {
   void execute(const plan& p) {
     auto& c = counters::get();
     time_sample t{c.execute_time};
+    trace::detail::span traced("execute", "execute", trace_pid());
     // 1. every allocation first: a throw here leaves the step pending and intact
     auto& buffers = buffers_;
     buffers.clear();
@@ -561,6 +570,12 @@ class step {
       const statement& st = stmts_[sp.stmt];
       if (sp.op_begin < sp.op_end && p.ops[sp.op_begin].in_group) continue;  // ran in its group's loop
       if (sp.op_begin < sp.op_end && p.ops[sp.op_end - 1].group > 1) {
+        trace::detail::span kernel("kernel", "loop", trace_pid());
+        if (kernel.active()) {
+          kernel.rename("loop of " + std::to_string(p.ops[sp.op_end - 1].group) + " outputs");
+          kernel.add_args("\"first statement\": " + std::to_string(sp.stmt) + ", \"elements\": " +
+                          std::to_string(st.kernels[st.n_kernels - 1].elements));
+        }
         run_group(p, i, p.ops[sp.op_end - 1].group);
         c.kernels.add();
         continue;
@@ -575,6 +590,8 @@ class step {
         if (op.copy) {
           std::memcpy(dst, where(p, op.src), kd.bytes);
         } else {
+          trace::detail::span kernel("kernel", kd.kind, trace_pid());
+          if (kernel.active()) trace_kernel(kernel, kd, sp.stmt);
           kd.run(bounds_[i], dst);
           c.kernels.add();
         }
@@ -593,6 +610,32 @@ class step {
   }
 
   /// Where a plan location is now: the arena, a live statement's output, or nowhere.
+  /// This chip's process in a trace (pid 0 is the host), named on first use.
+  int trace_pid() const {
+    const int pid = static_cast<int>(chip_->serial()) + 1;
+    if (trace::enabled()) trace::detail::recorder::get().name_process(pid, chip_->name());
+    return pid;
+  }
+  /// A kernel's trace event: its kind, and for a matmul its shape and the cycle model's MXU
+  /// utilization on this chip.
+  void trace_kernel(trace::detail::span& s, const kernel_desc& kd, std::uint32_t stmt) const {
+    std::string args = "\"statement\": " + std::to_string(stmt) + ", \"result\": " + trace::detail::json_string(describe(kd));
+    if (kd.mm_passes) {
+      s.rename(std::string(kd.kind) + " " + std::to_string(kd.mm_m) + "x" + std::to_string(kd.mm_k) + "x" +
+               std::to_string(kd.mm_n) + (kd.mm_batch > 1 ? " x" + std::to_string(kd.mm_batch) : ""));
+      const auto cost = mxu::estimate(kd.mm_m, kd.mm_k, kd.mm_n, kd.mm_batch, kd.mm_passes, chip_->spec());
+      char u[32];
+      std::snprintf(u, sizeof u, "%.2f", 100.0 * cost.utilization());
+      args += ", \"m\": " + std::to_string(kd.mm_m) + ", \"k\": " + std::to_string(kd.mm_k) + ", \"n\": " +
+              std::to_string(kd.mm_n) + ", \"batch\": " + std::to_string(kd.mm_batch) + ", \"passes\": " +
+              std::to_string(kd.mm_passes) + ", \"mxu_cycles\": " + std::to_string(cost.cycles) +
+              ", \"mxu_utilization_percent\": " + u;
+    } else {
+      args += ", \"elements\": " + std::to_string(kd.elements);
+    }
+    s.add_args(args);
+  }
+
   void* where(const plan& p, const plan::loc& l) const {
     if (l.arena >= 0) return static_cast<std::byte*>(arena_.data()) + l.arena;
     return l.output >= 0 ? output(p, static_cast<std::size_t>(l.output)).buffer.data() : nullptr;

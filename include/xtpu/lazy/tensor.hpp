@@ -38,6 +38,9 @@
 #include "xtpu/expr/generators.hpp"
 #include "xtpu/expr/ops.hpp"
 #include "xtpu/lazy/step.hpp"
+#include "xtpu/metrics/debug.hpp"
+#include "xtpu/metrics/trace.hpp"
+#include "xtpu/source_location.hpp"
 
 namespace xtpu {
 
@@ -100,6 +103,9 @@ inline void sync(const storage& s, const xtpu::source_location& where) {
   if (st.size() != 0) {  // it runs a step: a read before mark_step
     counters::get().sync_runs.add();
     debug::detail::note_sync(where);
+    if (trace::enabled())
+      trace::detail::instant("sync", "sync point", static_cast<int>(s.dev->serial()) + 1,
+                             "\"called from\": " + trace::detail::json_string(debug::detail::frame_text(where)));
   }
   st.run(debug::trigger{debug::cause::sync_point, where});
   if (const void* o = s.owner.load(std::memory_order_acquire); o != nullptr) throw_not_readable(o);
@@ -255,6 +261,8 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   void read_into(T* dst, const xtpu::source_location& where) const {
     detail::sync(*storage_, where);
     debug::detail::note_transfer();
+    trace::detail::span traced("transfer", "TransferFromDevice", static_cast<int>(storage_->dev->serial()) + 1);
+    if (traced.active()) traced.add_args("\"bytes\": " + std::to_string(bytes));
     detail::time_sample t{detail::counters::get().from_device};
     std::memcpy(static_cast<void*>(dst), storage_->buffer.data(), bytes);
   }
@@ -263,6 +271,9 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   tensor(const xtpu::device& d, const void* src, metrics::detail::metric_cell& timer)
       : storage_(make_storage(d, "transfer")) {
     detail::time_sample t{timer};
+    trace::detail::span traced("transfer", &timer == &detail::counters::get().between_devices ? "TransferDeviceToDevice" : "TransferToDevice",
+                               static_cast<int>(d.chip().serial()) + 1);
+    if (traced.active()) traced.add_args("\"bytes\": " + std::to_string(bytes));
     std::memcpy(storage_->buffer.data(), src, bytes);
     if constexpr (std::is_same_v<T, float>)
       if (xtpu::use_bf16()) detail::round_to_bf16(static_cast<float*>(storage_->buffer.data()), 0, bytes / sizeof(float));
@@ -481,4 +492,3 @@ std::ostream& operator<<(std::ostream& os, const tensor<T, Dims...>& t) {
 }  // namespace xtpu
 
 #include "xtpu/lazy/grad.hpp"  // the reverse-mode rules every taped statement points to
-#include "xtpu/source_location.hpp"

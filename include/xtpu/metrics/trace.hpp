@@ -1,0 +1,210 @@
+// xtpu/metrics/trace.hpp — XTPU_TRACE: a Chrome trace-event JSON file that Perfetto
+// (ui.perfetto.dev) and chrome://tracing load.
+//
+// Provides: xtpu::trace::{enabled, start, stop}, and in xtpu::trace::detail the span the
+// runtime records with (lazy/step.hpp: step, compile, execute, each kernel — a matmul with its
+// shape and the cycle model's MXU utilization, a fused loop with its outputs —; lazy/tensor.hpp:
+// transfers and sync points; data/loader.hpp: the loader's batches).
+// Setting: XTPU_TRACE = a path; recording starts with the process (the first step or tensor)
+// and the file is written at exit — or between xtpu::trace::start(path) and stop().
+// Layout: {"traceEvents": [...], "displayTimeUnit": "ms"} with complete events
+// {"name", "cat", "ph": "X", "ts", "dur", "pid", "tid", "args"} (microseconds since the trace
+// started), instant events ("ph": "i", "s": "t") for sync points, and metadata events naming
+// each process — one per device ("v5e:0"), pid 0 "host" — and each thread ("thread 0" is the
+// first to record). Spans on one thread nest: an event lies inside its parent or after it.
+// Errors: none thrown — a file that cannot be written is reported on standard error at stop().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace xtpu::trace {
+
+namespace detail {
+
+using clock = std::chrono::steady_clock;
+
+/// A JSON string literal of s ("" quoted, control characters escaped).
+inline std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", static_cast<unsigned>(c));
+      out += b;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+struct event {
+  std::string name;
+  const char* cat;
+  char ph;  // 'X' complete, 'i' instant
+  double ts_us, dur_us;
+  int pid, tid;
+  std::string args;  // a JSON object's members ("\"m\": 128, ..."), or empty
+};
+
+class recorder {
+ public:
+  static recorder& get() {
+    static recorder r;
+    return r;
+  }
+  bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
+  void start(std::string path) {
+    std::lock_guard lock(mu_);
+    events_.clear();
+    path_ = std::move(path);
+    t0_ = clock::now();
+    on_.store(!path_.empty(), std::memory_order_relaxed);
+  }
+  /// Stops recording and writes the file; returns its path ("" when nothing was recording).
+  std::string stop() {
+    std::lock_guard lock(mu_);
+    if (!on_.load(std::memory_order_relaxed)) return "";
+    on_.store(false, std::memory_order_relaxed);
+    write_locked();
+    return path_;
+  }
+  void add(event e) {
+    std::lock_guard lock(mu_);
+    if (on_.load(std::memory_order_relaxed)) events_.push_back(std::move(e));
+  }
+  double since_start_us(clock::time_point t) const {
+    return std::chrono::duration<double, std::micro>(t - t0_).count();
+  }
+  /// A small number for this thread (0: the first thread that recorded).
+  int thread_id() {
+    thread_local int id = next_tid_.fetch_add(1, std::memory_order_relaxed);
+    return id;
+  }
+  /// Names process pid ("v5e:0"); pid 0 is "host".
+  void name_process(int pid, std::string name) {
+    std::lock_guard lock(mu_);
+    processes_[pid] = std::move(name);
+  }
+  ~recorder() { (void)stop(); }
+
+ private:
+  recorder() {
+    if (const char* p = std::getenv("XTPU_TRACE"); p != nullptr && *p != '\0') start(p);
+    processes_[0] = "host";
+  }
+  void write_locked() {
+    std::FILE* f = std::fopen(path_.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "xtpu: cannot write the trace file '%s'\n", path_.c_str());
+      return;
+    }
+    std::fputs("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", f);
+    bool first = true;
+    auto line = [&](const std::string& s) {
+      std::fputs(first ? "  " : ",\n  ", f);
+      std::fputs(s.c_str(), f);
+      first = false;
+    };
+    for (const auto& [pid, name] : processes_)
+      line("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(pid) + ", \"args\": {\"name\": " +
+           json_string(name) + "}}");
+    std::map<std::pair<int, int>, bool> threads;
+    for (const auto& e : events_) threads[{e.pid, e.tid}] = true;
+    for (const auto& [key, unused] : threads)
+      line("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(key.first) + ", \"tid\": " +
+           std::to_string(key.second) + ", \"args\": {\"name\": \"thread " + std::to_string(key.second) + "\"}}");
+    char num[64];
+    for (const auto& e : events_) {
+      std::string s = "{\"name\": " + json_string(e.name) + ", \"cat\": " + json_string(e.cat) + ", \"ph\": \"" + e.ph + "\"";
+      std::snprintf(num, sizeof num, ", \"ts\": %.3f", e.ts_us);
+      s += num;
+      if (e.ph == 'X') {
+        std::snprintf(num, sizeof num, ", \"dur\": %.3f", e.dur_us);
+        s += num;
+      } else {
+        s += ", \"s\": \"t\"";
+      }
+      s += ", \"pid\": " + std::to_string(e.pid) + ", \"tid\": " + std::to_string(e.tid);
+      if (!e.args.empty()) s += ", \"args\": {" + e.args + "}";
+      line(s + "}");
+    }
+    std::fputs("\n]}\n", f);
+    std::fclose(f);
+  }
+
+  std::mutex mu_;
+  std::atomic<bool> on_{false};
+  std::atomic<int> next_tid_{0};
+  std::string path_;
+  clock::time_point t0_ = clock::now();
+  std::vector<event> events_;
+  std::map<int, std::string> processes_;
+};
+
+/// A complete event from construction to destruction, when tracing was on at construction
+/// (else it costs one relaxed load). Arguments, JSON object members such as
+/// "\"m\": 128, \"k\": 784", are added with add_args — build them only when active().
+class span {
+ public:
+  span(const char* cat, std::string_view name, int pid) {
+    if (!recorder::get().on()) return;
+    active_ = true;
+    cat_ = cat, name_ = name, pid_ = pid;
+    t0_ = clock::now();
+  }
+  span(const span&) = delete;
+  span& operator=(const span&) = delete;
+  bool active() const noexcept { return active_; }
+  void rename(std::string name) {
+    if (active_) name_ = std::move(name);
+  }
+  void add_args(const std::string& more) {
+    if (active_) args_ += (args_.empty() ? "" : ", ") + more;
+  }
+  ~span() {
+    if (!active_) return;
+    auto& r = recorder::get();
+    const auto t1 = clock::now();
+    r.add(event{std::move(name_), cat_, 'X', r.since_start_us(t0_), std::chrono::duration<double, std::micro>(t1 - t0_).count(),
+                pid_, r.thread_id(), std::move(args_)});
+  }
+
+ private:
+  bool active_ = false;
+  const char* cat_ = "";
+  std::string name_, args_;
+  int pid_ = 0;
+  clock::time_point t0_;
+};
+
+/// An instant event (a sync point).
+inline void instant(const char* cat, std::string name, int pid, std::string args = {}) {
+  auto& r = recorder::get();
+  if (!r.on()) return;
+  r.add(event{std::move(name), cat, 'i', r.since_start_us(clock::now()), 0, pid, r.thread_id(), std::move(args)});
+}
+
+}  // namespace detail
+
+/// True while a trace is recording (XTPU_TRACE, or start()).
+inline bool enabled() noexcept { return detail::recorder::get().on(); }
+/// Starts recording a new trace, to be written to `path` at stop() (or at exit).
+inline void start(std::string path) { detail::recorder::get().start(std::move(path)); }
+/// Stops recording and writes the file; returns its path ("" if nothing was recording).
+inline std::string stop() { return detail::recorder::get().stop(); }
+
+}  // namespace xtpu::trace
