@@ -5,6 +5,7 @@
 // __builtin_source_location, which clang 14 lacks): file_name(), function_name() (the bare
 // name: "main", "TestBody") and line(). As a defaulted parameter,
 // `xtpu::source_location where = xtpu::source_location::current()`, it names the caller.
+// Errors: none.
 #pragma once
 
 namespace xtpu {

@@ -85,11 +85,11 @@ TEST_F(BenchSteps, AReadInsideTheStepIsASyncPoint) {
       5);
   EXPECT_EQ(t.transfers, 5);
   EXPECT_EQ(t.sync_points, 5);
-  EXPECT_NE(t.table().find("5 sync points (reads that ran a step)"), std::string::npos) << t.table();
+  EXPECT_NE(t.table().find("5 sync points (reads that ran pending statements)"), std::string::npos) << t.table();
 }
 
 TEST_F(BenchSteps, FewerThanFourStepsIsAnError) {
-  EXPECT_THROW(xtpu::bench::steps([] {}, 3), xtpu::shape_error);
+  EXPECT_THROW(xtpu::bench::steps([] {}, 3), xtpu::error);
 }
 
 }  // namespace

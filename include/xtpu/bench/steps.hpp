@@ -2,16 +2,17 @@
 //
 // Provides: xtpu::bench::steps(fn, n, device = current) -> bench::step_timing, which runs the
 // user's step `fn()` followed by mark_step() n times (n >= 4) and measures each run's wall
-// time; step_timing::table() (a Markdown table: phase, time, notes) and ::json()
+// time (the debug output names the caller of steps() as the line that ran each step); step_timing::table() (a Markdown table: phase, time, notes) and ::json()
 // (nlohmann-json). Phases: step 1 (record, compile, run), steps 2-3, steps 4+ (the steady
 // state: median, 10th and 90th percentile, min, max). Counted over the whole run, from the
 // metrics (docs/debugging.md): plan compiles (and those after step 1: recompiles), reads to the
-// host, sync points that ran a step, the CompileTime of step 1, the mean MXU utilization of
+// host, the sync points among them that ran pending statements, the CompileTime of step 1, the mean MXU utilization of
 // the steady steps, and the device's HBM peak during the run.
 // Not in xtpu.hpp (nlohmann-json costs every translation unit ~2 s of g++ time): include
 // <xtpu/bench/steps.hpp>.
-// Errors: shape_error for n < 4 (the table has three phases); whatever fn throws, after the
-// steps before it were measured (the exception propagates; nothing is returned).
+// The counts are the process's: work of other threads during the run is counted too.
+// Errors: xtpu::error for n < 4 (the table has three phases); whatever fn or its step throws
+// (the exception propagates; nothing is returned).
 #pragma once
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "xtpu/error.hpp"
 #include "xtpu/lazy/step.hpp"
 #include "xtpu/metrics/metrics.hpp"
+#include "xtpu/source_location.hpp"
 
 namespace xtpu::bench {
 
@@ -42,7 +44,7 @@ struct step_timing {
   std::int64_t recompiles = 0;   // of which after step 1
   std::int64_t late_recompiles = 0;  // of which in steps 4+ (a stable step has none)
   std::int64_t transfers = 0;    // reads to the host (item(), to_host())
-  std::int64_t sync_points = 0;  // reads that found a value pending (each ran a step)
+  std::int64_t sync_points = 0;  // reads while statements were pending (each ran them)
   double mxu_utilization = 0;    // percent, mean over the steady steps' matmuls (0: none)
   std::uint64_t hbm_peak_bytes = 0;
   std::string device;
@@ -74,7 +76,8 @@ struct step_timing {
     else if (b < (1 << 30)) std::snprintf(hbm, sizeof hbm, "%.2f MiB", b / (1 << 20));
     else std::snprintf(hbm, sizeof hbm, "%.2f GiB", b / (1 << 30));
     t += "| Reads | " + n(transfers, "to the host", "to the host") + " | " +
-         n(sync_points, "sync point (a read that ran a step)", "sync points (reads that ran a step)") + " |\n";
+         n(sync_points, "sync point (a read that ran pending statements)", "sync points (reads that ran pending statements)") +
+         " |\n";
     t += "| MXU utilization | " + std::string(util) + " | steady steps, cycle model of " + device + " |\n";
     t += "| HBM peak | " + std::string(hbm) + " | " + device + ", during the run |\n";
     return t;
@@ -115,10 +118,11 @@ inline double quantile(const std::vector<double>& v, double q) {
 
 /// Runs `fn(); mark_step();` n times on this thread and measures it (see the header comment).
 /// fn may call mark_step() or optimizer_step() itself: the harness's mark_step then finds
-/// nothing pending.
+/// nothing pending (and the debug clock counts two steps per run).
 template <class F>
-step_timing steps(F&& fn, std::size_t n, const device& d = device::current()) {
-  if (n < 4) throw shape_error("xtpu: bench::steps: n = " + std::to_string(n) + "; the table needs at least 4 steps");
+step_timing steps(F&& fn, std::size_t n, const device& d = device::current(),
+                  xtpu::source_location where = xtpu::source_location::current()) {
+  if (n < 4) throw error("xtpu: bench::steps: n = " + std::to_string(n) + "; the table needs at least 4 steps");
   using clock = std::chrono::steady_clock;
   step_timing r;
   r.steps = n;
@@ -133,7 +137,7 @@ step_timing steps(F&& fn, std::size_t n, const device& d = device::current()) {
   for (std::size_t i = 0; i < n; ++i) {
     const auto t0 = clock::now();
     fn();
-    mark_step();
+    mark_step(where);
     r.step_ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
     if (i == 0) {
       compiles_after_1 = metrics::counter("UncachedCompile");

@@ -6,55 +6,52 @@
 // differences (the lines XTPU_DEBUG and the strict mode print: which statement, which
 // op/dtype/shape, which operand's wiring, which result kept or dropped, which input donated,
 // which device).
-// The signature's layout is lazy/plan.hpp's: per statement its fingerprint, a wiring code per
-// leaf, a slot code per scalar; then the liveness bits (64 a word), the donation bits, the chip.
+// The signature is laid out by lazy/step.hpp (record_erased, compiled): per statement its
+// fingerprint, a wiring code per leaf, a slot code per scalar; then (from the sketch's `tail`)
+// the liveness bits (64 a word), the donation bits, the chip.
+// Errors: none (text only).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/lazy/plan.hpp"
+#include "xtpu/metrics/debug.hpp"
 
 namespace xtpu::detail {
 
 /// What a cached plan keeps of its step: each statement's kernel table and where its words
-/// start in the signature, and how many external tensors the step read.
+/// start in the signature, where the liveness and the donation bits start (step.hpp's
+/// compiled() says), and how many external tensors the step read.
 struct graph_sketch {
   struct stmt {
     const kernel_desc* kernels;
     std::uint32_t n_kernels, sig_begin, n_leaves;
   };
   std::vector<stmt> stmts;
+  std::size_t tail = 0, donation = 0;
   std::uint32_t n_external = 0;
 
-  static graph_sketch of(const std::vector<statement>& ss, std::uint32_t n_external) {
+  static graph_sketch of(const std::vector<statement>& ss, std::size_t tail, std::size_t donation, std::uint32_t n_external) {
     graph_sketch g;
     g.stmts.reserve(ss.size());
     for (const auto& s : ss) g.stmts.push_back(stmt{s.kernels, s.n_kernels, s.sig_begin, s.n_leaves});
+    g.tail = tail, g.donation = donation;
     g.n_external = n_external;
     return g;
   }
-  /// Where the statements' words end in a signature of this step (the liveness bits start).
-  std::size_t tail_begin(std::size_t sig_size) const noexcept {
-    return sig_size - ((stmts.size() + 63) / 64 + (n_external + 63) / 64 + 1);
-  }
+  /// Where statement i's words end.
+  std::size_t end_of(std::size_t i) const noexcept { return i + 1 < stmts.size() ? stmts[i + 1].sig_begin : tail; }
 };
 
 /// The 128-bit graph hash of a step's signature: its plan-cache key, then a second hash.
 inline std::pair<std::uint64_t, std::uint64_t> graph_hash(const std::vector<std::uint64_t>& sig) {
   return {combine_run(static_cast<std::uint64_t>(op_tag::step), sig.data(), sig.size()),
           combine_run(static_cast<std::uint64_t>(op_tag::statement), sig.data(), sig.size())};
-}
-inline std::string hash_text(std::pair<std::uint64_t, std::uint64_t> h) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h.first),
-                static_cast<unsigned long long>(h.second));
-  return buf;
 }
 
 /// A kernel's root op and output type: "matmul -> f32[128,512]".
@@ -76,10 +73,9 @@ inline bool bit(const std::vector<std::uint64_t>& sig, std::size_t word0, std::s
 inline std::size_t equal_statements(const graph_sketch& a, const std::vector<std::uint64_t>& sa, const graph_sketch& b,
                                     const std::vector<std::uint64_t>& sb) {
   std::size_t n = 0;
-  const std::size_t ta = a.tail_begin(sa.size()), tb = b.tail_begin(sb.size());
   for (std::size_t i = 0; i < std::min(a.stmts.size(), b.stmts.size()); ++i) {
-    const std::size_t a0 = a.stmts[i].sig_begin, a1 = i + 1 < a.stmts.size() ? a.stmts[i + 1].sig_begin : ta;
-    const std::size_t b0 = b.stmts[i].sig_begin, b1 = i + 1 < b.stmts.size() ? b.stmts[i + 1].sig_begin : tb;
+    const std::size_t a0 = a.stmts[i].sig_begin, a1 = a.end_of(i);
+    const std::size_t b0 = b.stmts[i].sig_begin, b1 = b.end_of(i);
     if (a1 - a0 == b1 - b0 && std::equal(sa.begin() + a0, sa.begin() + a1, sb.begin() + b0)) ++n;
   }
   return n;
@@ -94,24 +90,30 @@ inline std::pair<std::size_t, std::size_t> closeness(const graph_sketch& a, cons
   return {recompile_detail::equal_statements(a, sa, b, sb), SIZE_MAX - (na > nb ? na - nb : nb - na)};
 }
 
-/// How step `now` (signature sn) differs from the cached step `old` (so): at most `limit` lines.
-inline std::vector<std::string> differences(const graph_sketch& old, const std::vector<std::uint64_t>& so,
-                                            const graph_sketch& now, const std::vector<std::uint64_t>& sn,
-                                            std::size_t limit = 8) {
+/// How a step differs from a cached one: the lines, at most `limit` (fewer when `unrelated`:
+/// no statement is shared, and the first differences say little).
+struct graph_diff {
+  bool unrelated = false;
+  std::vector<std::string> lines;
+};
+
+/// How step `now` (signature sn) differs from the cached step `old` (so).
+inline graph_diff differences(const graph_sketch& old, const std::vector<std::uint64_t>& so, const graph_sketch& now,
+                              const std::vector<std::uint64_t>& sn, std::size_t limit = 8) {
   using namespace recompile_detail;
-  std::vector<std::string> out;
+  graph_diff diff;
+  std::vector<std::string>& out = diff.lines;
   std::size_t more = 0;
   auto say = [&](std::string line) {
     if (out.size() < limit) out.push_back(std::move(line));
     else ++more;
   };
-  const std::size_t to = old.tail_begin(so.size()), tn = now.tail_begin(sn.size());
+  const std::size_t to = old.tail, tn = now.tail;
   if (so.back() != sn.back()) say("it runs on another device (a plan is compiled for one chip)");
   const std::size_t n_old = old.stmts.size(), n_new = now.stmts.size(), n = std::min(n_old, n_new);
   if (recompile_detail::equal_statements(old, so, now, sn) == 0 && std::max(n_old, n_new) > 1) {
-    out.push_back("it shares no statement with any cached graph: a step of another kind (each kind compiles once); "
-                  "if it should have matched this one, the first differences are");
-    limit = std::min<std::size_t>(limit, 4);
+    diff.unrelated = true;
+    limit = std::min<std::size_t>(limit, 3);
   }
   auto statements = [](std::size_t k) { return std::to_string(k) + (k == 1 ? " statement" : " statements"); };
   if (n_old != n_new) {
@@ -122,8 +124,8 @@ inline std::vector<std::string> differences(const graph_sketch& old, const std::
   for (std::size_t i = 0; i < n; ++i) {
     const auto& a = old.stmts[i];
     const auto& b = now.stmts[i];
-    const std::size_t a0 = a.sig_begin, a1 = i + 1 < n_old ? old.stmts[i + 1].sig_begin : to;
-    const std::size_t b0 = b.sig_begin, b1 = i + 1 < n_new ? now.stmts[i + 1].sig_begin : tn;
+    const std::size_t a0 = a.sig_begin, a1 = old.end_of(i);
+    const std::size_t b0 = b.sig_begin, b1 = now.end_of(i);
     const std::string s = "statement " + std::to_string(i);
     if (so[a0] != sn[b0]) {
       const std::string da = describe(a), db = describe(b);
@@ -149,16 +151,15 @@ inline std::vector<std::string> differences(const graph_sketch& old, const std::
           (is ? "kept (a tensor outside the step holds it); in the cached graph it was dead"
               : "dead (nothing outside the step holds it); in the cached graph it was kept"));
   }
-  const std::size_t d_old = to + (n_old + 63) / 64, d_new = tn + (n_new + 63) / 64;
   for (std::uint32_t x = 0; x < std::min(old.n_external, now.n_external); ++x) {
-    const bool was = bit(so, d_old, x), is = bit(sn, d_new, x);
+    const bool was = bit(so, old.donation, x), is = bit(sn, now.donation, x);
     if (was != is)
       say("input " + std::to_string(x) + (is ? " may be overwritten in place now (only the step holds it)"
                                               : " may not be overwritten in place now (another handle to it is alive)"));
   }
   if (more) out.push_back("... and " + std::to_string(more) + " more");
   if (out.empty()) out.push_back("no difference found in its statements, their wiring, what they keep or what they overwrite");
-  return out;
+  return diff;
 }
 
 }  // namespace xtpu::detail

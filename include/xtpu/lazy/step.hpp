@@ -1,8 +1,8 @@
 // xtpu/lazy/step.hpp — the pending step, its key, the plan cache, and mark_step().
 //
 // Provides: xtpu::mark_step(), xtpu::no_recompile_after(n), xtpu::allow_recompiles(),
-// xtpu::lazy::{pending_statements, explain, plan_cache_entries, set_plan_cache_capacity,
-// clear_plan_cache}, and in detail the step that records statements,
+// xtpu::lazy::{pending_statements, explain, plan_cache_entries, plan_cache_capacity,
+// set_plan_cache_capacity, clear_plan_cache}, and in detail the step that records statements,
 // keys them and runs them (the plan and its passes: lazy/plan.hpp).
 //
 // Model (docs/lazy.md, docs/devices.md): every thread has one pending step per device (chip)
@@ -178,8 +178,7 @@ class plan_cache {
   }
   /// The graph hash of the cached step closest to (sketch, sig) and how they differ; an
   /// empty hash when nothing is cached.
-  std::pair<std::string, std::vector<std::string>> nearest(const graph_sketch& sketch,
-                                                           const std::vector<std::uint64_t>& sig) const {
+  std::pair<std::string, graph_diff> nearest(const graph_sketch& sketch, const std::vector<std::uint64_t>& sig) const {
     std::lock_guard lock(mu_);
     const entry* best = nullptr;
     std::pair<std::size_t, std::size_t> best_score{};
@@ -188,9 +187,14 @@ class plan_cache {
       if (best == nullptr || score > best_score) best = &e, best_score = score;
     }
     if (best == nullptr) return {};
-    return {hash_text(graph_hash(best->signature)), differences(best->sketch, best->signature, sketch, sig)};
+    const auto h = graph_hash(best->signature);
+    return {debug::hash_text(h.first, h.second), differences(best->sketch, best->signature, sketch, sig)};
   }
   /// config_error unless n is in cache_setting's range.
+  std::size_t capacity() const {
+    std::lock_guard lock(mu_);
+    return capacity_;
+  }
   void set_capacity(std::size_t n) {
     const auto checked = settings::integer(cache_setting, static_cast<std::int64_t>(std::min<std::size_t>(n, INT64_MAX)));
     std::lock_guard lock(mu_);
@@ -340,7 +344,9 @@ class step {
   std::shared_ptr<const plan> compiled(counters& c, const debug::trigger* why) {
     hold_live_outputs();
     find_donatable();
+    const std::size_t tail = signature_.size();  // the statements' words end here
     append_bits(stmts_.size(), [&](std::size_t i) { return outputs_[i] != nullptr; });
+    const std::size_t donation = signature_.size();
     append_bits(n_external_, [&](std::size_t x) { return donatable_[x] != 0; });
     signature_.push_back(chip_->serial());  // a plan is compiled for one device, as XLA's are
     const std::uint64_t key = combine_run(static_cast<std::uint64_t>(op_tag::step), signature_.data(), signature_.size());
@@ -351,13 +357,16 @@ class step {
       c.cached.add();
       return p;
     }
-    graph_sketch sketch = graph_sketch::of(stmts_, n_external_);
+    graph_sketch sketch = graph_sketch::of(stmts_, tail, donation, n_external_);
     const bool strict = why != nullptr && debug::detail::strict_now();
     const bool report = why != nullptr && debug::level() >= 1;
     debug::graph_info g;
     if (strict || report) {
       g = graph_info(*why);
-      std::tie(g.closest, g.differs) = cache.nearest(sketch, signature_);
+      auto [closest, diff] = cache.nearest(sketch, signature_);
+      g.closest = std::move(closest);
+      g.unrelated = diff.unrelated;
+      g.differs = std::move(diff.lines);
     }
     if (strict) throw compilation_error(late_compile_message(g));
     {
@@ -389,11 +398,12 @@ class step {
   static std::string late_compile_message(const debug::graph_info& g) {
     std::string m = "xtpu: a step compiled after xtpu::no_recompile_after took effect (step " +
                     std::to_string(debug::detail::clock::get().steps.load()) + ", run by " +
-                    debug::detail::frame_text(g.by.where) + "): its graph " + hash_text({g.hash_hi, g.hash_lo}) + " is new";
+                    debug::detail::frame_text(g.by.where) + "): its graph " + debug::hash_text(g.hash_hi, g.hash_lo) + " is new";
     if (g.closest.empty()) {
-      m += "; no graph is cached to compare it with (the cache was cleared)";
+      m += "; no graph is cached to compare it with (nothing compiled yet, or the cache was cleared)";
     } else {
       m += "; it differs from the closest cached graph " + g.closest + ":";
+      if (g.unrelated) m += std::string("\n  ") + debug::unrelated_text;
       for (const auto& d : g.differs) m += "\n  " + d;
     }
     return m + "\nThe step stays pending and nothing is lost: call xtpu::allow_recompiles() to let it compile, or "
@@ -822,10 +832,11 @@ inline void mark_step(xtpu::source_location where = xtpu::source_location::curre
   detail::end_step(debug::trigger{debug::cause::mark_step, where});
 }
 
-/// From the step after the next `steps` mark_step() calls on, a step that needs a new plan
-/// throws compilation_error (the step stays pending) with how its graph differs from the
-/// closest cached one: a guard against a late recompile (torch_xla's "is CompileTime still
-/// growing?"). no_recompile_after(0): from now on.
+/// After the next `steps` mark_step() calls, a step that needs a new plan throws
+/// compilation_error (the step stays pending) with how its graph differs from the closest
+/// cached one: a guard against a late recompile (torch_xla's "is CompileTime still growing?").
+/// no_recompile_after(0): from now on. The steps are the process's (metrics/debug.hpp's clock:
+/// every mark_step() of every thread), and so is the guard: it holds in every thread.
 inline void no_recompile_after(std::size_t steps) {
   auto& c = debug::detail::clock::get();
   c.strict_from.store(c.steps.load() + static_cast<std::int64_t>(steps));
@@ -848,6 +859,7 @@ inline std::string explain(const device& d = device::current()) {
 inline std::size_t plan_cache_entries() { return detail::plan_cache::instance().size(); }
 /// Sets how many plans the LRU cache keeps (XTPU_CACHE_SIZE sets the initial value).
 inline void set_plan_cache_capacity(std::size_t n) { detail::plan_cache::instance().set_capacity(n); }
+inline std::size_t plan_cache_capacity() { return detail::plan_cache::instance().capacity(); }
 /// Drops every compiled plan (the next steps compile again).
 inline void clear_plan_cache() { detail::plan_cache::instance().clear(); }
 }  // namespace lazy

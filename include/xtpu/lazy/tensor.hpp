@@ -15,7 +15,8 @@
 // E112 (x[mask]: no indexing), E501 (to_host into a wrong-shaped xtensor_fixed), E502 (host element type differs), E503 (a
 // run-time-shaped from_host proxy kept instead of converted); shape_error (host data of the
 // wrong run-time shape or length), sync_error, device_mismatch (an expression over tensors of
-// two chips), out_of_memory (on the chip allocated on).
+// two chips), out_of_memory (on the chip allocated on); from a read (a sync point) also what
+// its step throws — compilation_error after no_recompile_after (the step stays pending).
 #pragma once
 
 #include <algorithm>
@@ -94,20 +95,22 @@ inline constexpr bool is_host_fixed_v = false;
 template <class T, std::size_t... D>
 inline constexpr bool is_host_fixed_v<xt::xtensor_fixed<T, xt::xshape<D...>>> = true;
 
-/// A sync point: runs what this thread has pending on the chip of s; sync_error if another
-/// thread's step computes s. `where`: the user's call that reads (XTPU_DEBUG counts it when it
-/// runs a step).
+/// A sync point: runs what this thread has pending on the chip of s (a read while statements
+/// are pending runs them all first); sync_error if another thread's step computes s. `where`:
+/// the user's call that reads (XTPU_DEBUG counts it, and a trace marks it, when it ran
+/// statements).
 inline void sync(const storage& s, const xtpu::source_location& where) {
   counters::get().sync_points.add();
   step& st = step::of(*s.dev);
-  if (st.size() != 0) {  // it runs a step: a read before mark_step
+  const bool runs = st.size() != 0;
+  if (runs && trace::enabled())
+    trace::detail::instant("sync", "sync point", static_cast<int>(s.dev->serial()) + 1,
+                           "\"called from\": " + trace::detail::json_string(debug::detail::frame_text(where)));
+  st.run(debug::trigger{debug::cause::sync_point, where});
+  if (runs) {  // counted once it ran: a read that threw (and is retried) counts once
     counters::get().sync_runs.add();
     debug::detail::note_sync(where);
-    if (trace::enabled())
-      trace::detail::instant("sync", "sync point", static_cast<int>(s.dev->serial()) + 1,
-                             "\"called from\": " + trace::detail::json_string(debug::detail::frame_text(where)));
   }
-  st.run(debug::trigger{debug::cause::sync_point, where});
   if (const void* o = s.owner.load(std::memory_order_acquire); o != nullptr) throw_not_readable(o);
 }
 

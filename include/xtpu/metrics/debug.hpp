@@ -1,9 +1,9 @@
 // xtpu/metrics/debug.hpp — XTPU_DEBUG: what ran a step and why a step compiled, in torch_xla's
 // PT_XLA_DEBUG layout; sync points by source location; the recompile warnings.
 //
-// Provides: xtpu::debug::{level, set_level, set_file, reset, cause, trigger, graph_info,
-// analysis, sync_report}, and in xtpu::debug::detail the hooks the runtime calls (note_step,
-// note_sync, note_compile, note_transfer, strict_now, emit).
+// Provides: xtpu::debug::{level, set_level, set_file, reset, cause, cause_text, trigger,
+// graph_info, hash_text, analysis, sync_report}, and in xtpu::debug::detail the hooks the
+// runtime calls (note_step, note_sync, note_compile, note_transfer, strict_now, emit).
 // Settings (docs/debugging.md): XTPU_DEBUG = 0 (off, the default), 1 (a Compilation Analysis
 // block for every plan compile, the recompile warnings, the sync-point summary at exit), 2 (also
 // an Execution Analysis block for every step run); XTPU_DEBUG_FILE = a path the output is
@@ -24,8 +24,10 @@
 // line per difference (lazy/step.hpp finds them). Recompile warnings (torch_xla's profiler
 // thresholds: after 10 warm-up steps, more events than half the steps since), checked every
 // 10 steps:
-//   xtpu-profiler: CompileTime too frequent: 12 counts during 12 steps
-//   xtpu-profiler: TransferFromDeviceTime too frequent: 12 counts during 12 steps
+//   xtpu-profiler: CompileTime too frequent: 10 counts during 10 steps
+//   xtpu-profiler: TransferFromDeviceTime too frequent: 10 counts during 10 steps
+// The clock is the process's: every mark_step() call of every thread is a step (one that finds
+// nothing pending too), and no_recompile_after (lazy/step.hpp) counts the same steps.
 // Errors: config_error for XTPU_DEBUG outside 0..2 (settings.hpp's rule).
 #pragma once
 
@@ -53,7 +55,7 @@ constexpr const char* cause_text(cause c) noexcept {
   switch (c) {
     case cause::mark_step: return "user mark_step";
     case cause::optimizer_step: return "optimizer_step (the update, then mark_step)";
-    case cause::sync_point: return "a sync point: a read (item()/to_host()/printing/to(device)) of a value pending before mark_step";
+    case cause::sync_point: return "a sync point: a read (item()/to_host()/printing/to(device)) while statements were pending (it runs them first)";
   }
   return "";
 }
@@ -70,7 +72,8 @@ struct graph_info {
   std::size_t inputs = 0, outputs = 0;
   trigger by;
   std::string closest;                 // the hash of the closest cached graph (a recompile), else empty
-  std::vector<std::string> differs;    // how this graph differs from it
+  bool unrelated = false;              // it shares no statement with any cached graph
+  std::vector<std::string> differs;    // how this graph differs from the closest (the first lines, if unrelated)
 };
 
 namespace detail {
@@ -127,6 +130,18 @@ struct sync_tally {
     static sync_tally t;
     return t;
   }
+  /// "  <count>  <function> (<file>:<line>)" per line, most frequent first.
+  std::string report() {
+    std::vector<std::pair<std::int64_t, std::string>> rows;
+    {
+      std::lock_guard lock(mu);
+      for (const auto& [frame, n] : by_frame) rows.emplace_back(n, frame);
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::string out;
+    for (const auto& [n, frame] : rows) out += "  " + std::to_string(n) + "  " + frame + "\n";
+    return out;
+  }
   ~sync_tally();
 };
 
@@ -153,8 +168,8 @@ inline bool strict_now() noexcept {
 
 }  // namespace detail
 
-/// The debug level (XTPU_DEBUG: 0, 1 or 2).
-inline int level() noexcept { return detail::level_cell().load(std::memory_order_relaxed); }
+/// The debug level (XTPU_DEBUG: 0, 1 or 2); its first call reads XTPU_DEBUG (config_error if bad).
+inline int level() { return detail::level_cell().load(std::memory_order_relaxed); }
 /// Sets the debug level; config_error outside 0..2.
 inline void set_level(int l) {
   detail::level_cell().store(static_cast<int>(settings::integer(detail::level_setting, l)));
@@ -177,19 +192,30 @@ inline void reset() {
   t.by_frame.clear();
 }
 
+/// A 128-bit graph hash as the blocks print it: 32 hex digits.
+inline std::string hash_text(std::uint64_t hi, std::uint64_t lo) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(hi), static_cast<unsigned long long>(lo));
+  return buf;
+}
+
+/// The first line under "Differs from the closest cached graph" when no statement is shared.
+inline constexpr const char* unrelated_text =
+    "it shares no statement with any cached graph: a step of another kind (each kind compiles once); "
+    "if it should have matched this one, the first differences are";
+
 /// The block titled `title` ("Compilation" or "Execution") for graph g, in torch_xla's layout.
 inline std::string analysis(std::string_view title, const graph_info& g) {
   const std::string p = std::string(title) + " Analysis: ";
   const std::string rule(80, '=');
-  char hash[40];
-  std::snprintf(hash, sizeof hash, "%016llx%016llx", static_cast<unsigned long long>(g.hash_hi),
-                static_cast<unsigned long long>(g.hash_lo));
+  const std::string hash = hash_text(g.hash_hi, g.hash_lo);
   std::string out = p + rule + "\n" + p + std::string(title) + " Cause\n" + p + "  " + cause_text(g.by.why) + "\n";
   out += p + "Graph Info:\n" + p + "  Graph Hash: " + hash + "\n";
   out += p + "  Number of Graph Inputs: " + std::to_string(g.inputs) + "\n";
   out += p + "  Number of Graph Outputs: " + std::to_string(g.outputs) + "\n";
   if (!g.closest.empty()) {
     out += p + "Differs from the closest cached graph " + g.closest + ":\n";
+    if (g.unrelated) out += p + "  " + unrelated_text + "\n";
     for (const auto& d : g.differs) out += p + "  " + d + "\n";
   }
   out += p + "C++ Frame Triggered Execution:\n" + p + "  " + detail::frame_text(g.by.where) + "\n";
@@ -198,27 +224,16 @@ inline std::string analysis(std::string_view title, const graph_info& g) {
 }
 
 /// The sync points counted so far, most frequent first: "  <count>  <function> (<file>:<line>)".
-inline std::string sync_report() {
-  auto& t = detail::sync_tally::get();
-  std::vector<std::pair<std::int64_t, std::string>> rows;
-  {
-    std::lock_guard lock(t.mu);
-    for (const auto& [frame, n] : t.by_frame) rows.emplace_back(n, frame);
-  }
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::string out;
-  for (const auto& [n, frame] : rows) out += "  " + std::to_string(n) + "  " + frame + "\n";
-  return out;
-}
+inline std::string sync_report() { return detail::sync_tally::get().report(); }
 
 namespace detail {
 
 inline sync_tally::~sync_tally() {
-  if (level() < 1 || by_frame.empty()) return;
-  emit("xtpu: sync points (a read that ran a pending step), most frequent first:\n" + sync_report());
+  if (by_frame.empty() || level_cell().load(std::memory_order_relaxed) < 1) return;  // filled only at level >= 1
+  emit("xtpu: sync points (a read that ran pending statements), most frequent first:\n" + report());
 }
 
-/// A read ran a pending step (level >= 1 counts it by where it was called).
+/// A read ran pending statements (level >= 1 counts it by where it was called).
 inline void note_sync(const xtpu::source_location& where) {
   if (level() < 1) return;
   auto& t = sync_tally::get();

@@ -16,7 +16,9 @@
 // than a bf16 step add up. for_each_state(f) names and exposes every state tensor (checkpoints).
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
-// module); xtpu::error from sgd's step for Nesterov without momentum or with dampening.
+// module); xtpu::error from sgd's step for Nesterov without momentum or with dampening;
+// from optimizer_step what mark_step throws (out_of_memory, compilation_error after
+// no_recompile_after: the step stays pending).
 #pragma once
 
 #include <cmath>
