@@ -14,9 +14,13 @@
 // state starts as zeros). At the end it saves the model, the optimizer and the loader's
 // position as a safetensors checkpoint; --resume goes on from it (a new warm-up and cosine
 // cycle over its --steps).
-// Usage: char_lm [--text FILE] [--steps N] [--lr LR] [--seed S] [--checkpoint FILE] [--resume]
+// The runtime's knobs come from the command line too: --preset quick_test | development |
+// training | inference, then the XTPU_* environment, then --device, --debug, --trace, ... over
+// both (xtpu::cli::config_flags; docs/settings.md).
+// Usage: char_lm [--text FILE] [--steps N] [--lr LR] [--seed S] [--checkpoint FILE] [--resume] [--preset P] [xtpu flags]
 #include <xtpu/xtpu.hpp>
 #include <xtpu/io/checkpoint.hpp>  // io::save, io::load (not in xtpu.hpp: it parses JSON)
+#include <xtpu/io/cli.hpp>         // the runtime's flags (not in xtpu.hpp: CLI11)
 
 #include <CLI/CLI.hpp>
 
@@ -85,7 +89,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "initialisation, dropout and shuffling seed")->capture_default_str();
   app.add_option("--checkpoint", checkpoint, "where the trained model is saved (safetensors)")->capture_default_str();
   app.add_flag("--resume", resume, "start from --checkpoint: model, optimizer, step and loader position");
+  xtpu::cli::config_flags runtime;
+  runtime.add_to(app);
   CLI11_PARSE(app, argc, argv);
+  runtime.resolve().apply();
 
   // the bytes, split 90 / 10 (the held-out windows do not overlap the training ones)
   const std::vector<std::int32_t> bytes = xtpu::data::read_tokens(text);
@@ -106,6 +113,7 @@ int main(int argc, char** argv) {
   }
   xtpu::mark_step();  // the initial values (or the loaded ones): a step of their own, so that the
                       // evaluation's first step has the form of every later one
+  std::printf("%s", xtpu::device_info().c_str());
   std::printf("char_lm: %zu bytes of %s: %zu training windows of %zu, %zu held out; %zu parameters (bf16, f32 master "
               "weights); batch %zu\n",
               bytes.size(), text.c_str(), train.size(), seq, held_out.size(), xtpu::nn::parameter_count_v<language_model>,

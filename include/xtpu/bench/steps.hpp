@@ -70,16 +70,12 @@ struct step_timing {
          " |\n";
     char util[32];
     std::snprintf(util, sizeof util, mxu_utilization < 1 ? "%.3f %%" : "%.1f %%", mxu_utilization);
-    char hbm[32];
-    const double b = static_cast<double>(hbm_peak_bytes);
-    if (b < (1 << 20)) std::snprintf(hbm, sizeof hbm, "%.1f KiB", b / 1024);
-    else if (b < (1 << 30)) std::snprintf(hbm, sizeof hbm, "%.2f MiB", b / (1 << 20));
-    else std::snprintf(hbm, sizeof hbm, "%.2f GiB", b / (1 << 30));
+    const std::string hbm = xtpu::detail::format_bytes(hbm_peak_bytes);
     t += "| Reads | " + n(transfers, "to the host", "to the host") + " | " +
          n(sync_points, "sync point (a read that ran pending statements)", "sync points (reads that ran pending statements)") +
          " |\n";
     t += "| MXU utilization | " + std::string(util) + " | steady steps, cycle model of " + device + " |\n";
-    t += "| HBM peak | " + std::string(hbm) + " | " + device + ", during the run |\n";
+    t += "| HBM peak | " + hbm + " | " + device + ", during the run |\n";
     return t;
   }
 

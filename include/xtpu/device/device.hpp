@@ -130,6 +130,11 @@ class chip {
     std::lock_guard lock(mu_);
     return live_count_;
   }
+  /// The charged sizes of the n largest live buffers, largest first.
+  std::vector<std::size_t> largest_buffers(std::size_t n) const {
+    std::lock_guard lock(mu_);
+    return largest_locked(n);
+  }
   std::size_t cached_bytes() const {
     std::lock_guard lock(mu_);
     return cached_bytes_;
@@ -219,6 +224,14 @@ class chip {
     free_.find(block_size(bytes))->second.push_back(p);
     cached_bytes_ += block_size(bytes);
   }
+  std::vector<std::size_t> largest_locked(std::size_t n) const {
+    std::vector<std::size_t> largest;
+    for (const auto& [size, count] : live_)
+      for (std::size_t i = 0; i < count && i < n; ++i) largest.push_back(size);
+    std::sort(largest.rbegin(), largest.rend());
+    largest.resize(std::min(largest.size(), n));
+    return largest;
+  }
   void deallocate_accounting(std::size_t bytes) noexcept {
     std::lock_guard lock(mu_);
     deallocate_accounting_locked(bytes);
@@ -229,11 +242,7 @@ class chip {
     --live_count_;
   }
   std::string oom_message(std::size_t bytes, std::string_view what, std::uint64_t now, std::uint64_t cap) const {
-    std::vector<std::size_t> largest;
-    for (const auto& [size, count] : live_)
-      for (std::size_t i = 0; i < count && i < 5; ++i) largest.push_back(size);
-    std::sort(largest.rbegin(), largest.rend());
-    largest.resize(std::min<std::size_t>(largest.size(), 5));
+    const std::vector<std::size_t> largest = largest_locked(5);
     std::ostringstream os;
     os << "xtpu: out of HBM on " << name() << ": allocating " << format_bytes(bytes) << " (" << what << ") with "
        << format_bytes(now) << " in use would pass " << format_bytes(cap) << " (memory_fraction "
@@ -297,6 +306,8 @@ class device {
   /// Starts peak_bytes_in_use() again from bytes_in_use() (a phase's own peak, e.g. bench::steps).
   void reset_peak() const noexcept { chip_->reset_peak(); }
   std::size_t live_buffers() const { return chip_->live_buffers(); }
+  /// The HBM charged to the n largest live buffers, largest first.
+  std::vector<std::size_t> largest_buffers(std::size_t n = 5) const { return chip_->largest_buffers(n); }
   /// Host memory held for reuse by this chip's allocator (not counted as HBM in use).
   std::size_t cached_bytes() const { return chip_->cached_bytes(); }
   static constexpr std::size_t max_cached_bytes = detail::chip::max_cached_bytes;

@@ -119,11 +119,15 @@ inline std::atomic<int>& isa_cell() {
   return cell;
 }
 
+/// Threads when XTPU_NUM_THREADS is not set: every core.
+inline int default_threads() noexcept {
+  return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, max_threads));
+}
+
 inline std::atomic<int>& threads_cell() {
   static std::atomic<int> cell{[] {
     if (const auto e = settings::from_env(threads_setting)) return static_cast<int>(settings::integer(threads_setting, *e));
-    const unsigned hw = std::thread::hardware_concurrency();
-    return static_cast<int>(std::clamp<unsigned>(hw, 1, max_threads));
+    return default_threads();
   }()};
   return cell;
 }
