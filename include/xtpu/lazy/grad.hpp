@@ -302,9 +302,9 @@ struct grad_slot {
 /// grad_slot::add for a parameter of type Tensor: the first gradient is kept, later ones summed.
 template <class Tensor>
 void add_gradient(step& s, grad_slot& slot, const std::shared_ptr<storage>& g) {
-  if (!slot.grad) slot.grad = g;
-  else slot.grad = tensor_access::record_untaped<Tensor>(s, tensor_access::adopt<Tensor>(slot.grad) +
-                                                               tensor_access::adopt<Tensor>(g)).storage_ptr();
+  if (!has_value(slot.grad)) slot.grad = g;
+  else replace(slot.grad, tensor_access::record_untaped<Tensor>(s, tensor_access::adopt<Tensor>(slot.grad) +
+                                                                     tensor_access::adopt<Tensor>(g)).storage_ptr());
 }
 
 }  // namespace xtpu::detail

@@ -424,6 +424,12 @@ class planner {
   std::vector<std::uint32_t> group_;        // per live position: the size of the group it starts (0: inside one)
 };
 
+/// A matmul kernel's shape as dumps and traces name it: "128x784x512", "8x64x64 x12" (batched).
+inline std::string matmul_text(const kernel_desc& kd) {
+  return std::to_string(kd.mm_m) + "x" + std::to_string(kd.mm_k) + "x" + std::to_string(kd.mm_n) +
+         (kd.mm_batch > 1 ? " x" + std::to_string(kd.mm_batch) : "");
+}
+
 /// A readable listing of a plan, e.g. one SGD step of a layer:
 ///   plan: 3 statements, 3 live, 0 dead; 3 ops; arena 0 B; MXU 18944 cycles, 33.1 % utilization
 ///     s0 -> out (256.00 KiB): matmul+epilogue 128x784x512 (1 pass) -> out
@@ -483,8 +489,7 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts, cons
         os << ')';
       }
       if (kd.mm_passes)
-        os << ' ' << kd.mm_m << 'x' << kd.mm_k << 'x' << kd.mm_n << (kd.mm_batch > 1 ? " x" + std::to_string(kd.mm_batch) : "")
-           << " (" << kd.mm_passes << (kd.mm_passes == 1 ? " pass)" : " passes)");
+        os << ' ' << matmul_text(kd) << " (" << kd.mm_passes << (kd.mm_passes == 1 ? " pass)" : " passes)");
       os << " -> " << (planner::writes_output(op, st) ? std::string("out") : where(p.temps[sp.temp_begin + op.kernel]));
     }
     if (sp.op_begin == sp.op_end) os << " nothing to run";

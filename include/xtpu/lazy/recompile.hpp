@@ -48,10 +48,13 @@ struct graph_sketch {
   std::size_t end_of(std::size_t i) const noexcept { return i + 1 < stmts.size() ? stmts[i + 1].sig_begin : tail; }
 };
 
+/// The plan-cache key of a step's signature.
+inline std::uint64_t plan_key(const std::vector<std::uint64_t>& sig) noexcept {
+  return combine_run(static_cast<std::uint64_t>(op_tag::step), sig.data(), sig.size());
+}
 /// The 128-bit graph hash of a step's signature: its plan-cache key, then a second hash.
 inline std::pair<std::uint64_t, std::uint64_t> graph_hash(const std::vector<std::uint64_t>& sig) {
-  return {combine_run(static_cast<std::uint64_t>(op_tag::step), sig.data(), sig.size()),
-          combine_run(static_cast<std::uint64_t>(op_tag::statement), sig.data(), sig.size())};
+  return {plan_key(sig), combine_run(static_cast<std::uint64_t>(op_tag::statement), sig.data(), sig.size())};
 }
 
 /// A kernel's root op and output type: "matmul -> f32[128,512]".

@@ -1,6 +1,6 @@
 // xtpu/lazy/step.hpp — the pending step, its key, the plan cache, and mark_step().
 //
-// Provides: xtpu::mark_step(), xtpu::no_recompile_after(n), xtpu::allow_recompiles(),
+// Provides: xtpu::mark_step(), xtpu::discard_step(), xtpu::no_recompile_after(n), xtpu::allow_recompiles(),
 // xtpu::lazy::{pending_statements, explain, plan_cache_entries, plan_cache_capacity,
 // set_plan_cache_capacity, clear_plan_cache}, and in detail the step that records statements,
 // keys them and runs them (the plan and its passes: lazy/plan.hpp).
@@ -16,7 +16,9 @@
 // subexpressions computed once across statements, matmul epilogues fused, temps packed into
 // one arena by lifetime) and times it as CompileTime; a hit only binds buffers and scalars.
 // All output memory is allocated on the step's chip before any kernel runs, so an
-// out_of_memory leaves the step pending and nothing lost.
+// out_of_memory leaves the step pending and nothing lost; discard_step() then drops it, every
+// assigned tensor back at its value before the step (an assignment's result keeps the value it
+// replaced until its step runs: detail::replace).
 // A compile is reported at XTPU_DEBUG >= 1 (metrics/debug.hpp), with how its graph differs from
 // the closest cached one (lazy/recompile.hpp).
 // Errors: sync_error (reading a tensor pending in another thread's step); device_mismatch (an
@@ -30,6 +32,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -63,7 +66,15 @@ struct storage {
   std::atomic<const void*> owner{nullptr};  // the pending step computing it, else null
   std::uint32_t producer = 0;               // its statement in that step
   std::weak_ptr<grad_slot> param;           // the nn::parameter whose value this is (lazy/grad.hpp)
+  std::shared_ptr<storage> previous;        // while pending: the value an assignment replaced (discard)
 };
+
+/// Chip c's process in a trace (pid 0 is the host), named on first use.
+inline int trace_pid(const chip& c) {
+  const int pid = static_cast<int>(c.serial()) + 1;
+  if (trace::enabled()) trace::detail::recorder::get().name_process(pid, c.name());
+  return pid;
+}
 
 /// The one message for tensors of two devices in one expression.
 [[noreturn]] inline void throw_device_mismatch(const chip& step_chip, const chip& leaf_chip) {
@@ -71,14 +82,39 @@ struct storage {
                         leaf_chip.name() + "; move one to the other first with t.to(device) (an explicit transfer)");
 }
 
-/// The owner of values whose thread ended before running them: they never get a value.
-inline constexpr char abandoned_marker = 0;
+/// The owner of values whose thread ended before running them, and of values a discarded
+/// step would have computed (xtpu::discard_step): they never get a value.
+inline constexpr char abandoned_marker = 0, discarded_marker = 0;
 inline const void* const abandoned = &abandoned_marker;
+inline const void* const discarded = &discarded_marker;
+
+/// Whether s holds a value or will get one (null, abandoned and discarded values will not).
+inline bool has_value(const std::shared_ptr<storage>& s) noexcept {
+  if (!s) return false;
+  const void* o = s->owner.load(std::memory_order_acquire);
+  return o != abandoned && o != discarded;
+}
+
+/// handle = next, where next is the pending value of an assignment: next keeps the value it
+/// replaces until its step runs, so that xtpu::discard_step() can give it back. Every
+/// assignment of a tensor, a parameter's gradient or an optimizer's state goes through here.
+/// A value already in handle's chain (`a = c` after `c = a; a = e`) is not linked again: no cycle.
+inline void replace(std::shared_ptr<storage>& handle, std::shared_ptr<storage> next) noexcept {
+  if (next && !next->previous && next->owner.load(std::memory_order_relaxed) != nullptr) {
+    bool in_chain = false;
+    for (const storage* p = handle.get(); p != nullptr && !in_chain; p = p->previous.get()) in_chain = p == next.get();
+    if (!in_chain) next->previous = std::move(handle);
+  }
+  handle = std::move(next);
+}
 
 inline void throw_not_readable(const void* owner) {
   if (owner == abandoned)
     throw sync_error("xtpu: this tensor was recorded by a thread that ended without xtpu::mark_step(); "
                      "it has no value");
+  if (owner == discarded)
+    throw sync_error("xtpu: this tensor was made by a step that xtpu::discard_step() dropped; it has no value "
+                     "(record it again)");
   throw sync_error("xtpu: this tensor is pending in another thread's step; call xtpu::mark_step() in "
                    "that thread before reading it here (one pending step per thread)");
 }
@@ -100,6 +136,15 @@ class slot_map {
         c = cell{key, value};
         return {value, true};
       }
+    }
+  }
+  /// The value of `key`, or `none`.
+  static constexpr std::uint32_t none = UINT32_MAX;
+  std::uint32_t find(std::uint64_t key) const noexcept {
+    if (table_.empty()) return none;
+    for (std::size_t i = home(key);; i = (i + 1) & (table_.size() - 1)) {
+      if (table_[i].key == key) return table_[i].value;
+      if (table_[i].key == 0) return none;
     }
   }
   void clear() noexcept {
@@ -254,6 +299,9 @@ inline void check_environment() {
 
 namespace xtpu::detail {
 
+/// After a step of this thread ran: once nothing is pending, no host state is left to undo.
+inline void settle_thread() noexcept;
+
 /// One thread's pending work on one chip. Every buffer it allocates is on that chip, and its
 /// plans are compiled for it (the chip is part of the key).
 class step {
@@ -302,6 +350,65 @@ class step {
     return dump(*compiled(counters::get(), nullptr), stmts_, signature_);
   }
 
+  /// Drops everything pending (xtpu::discard_step). A result that someone outside the step
+  /// holds gets back the value its assignment replaced (the first value before this step, down
+  /// the chain of assignments within it); other results get no value (discarded). Strong
+  /// guarantee: out_of_memory only when a replaced value is held twice and its copy does not fit.
+  void discard() {
+    if (stmts_.empty()) return;
+    const std::size_t n = stmts_.size();
+    std::vector<std::shared_ptr<storage>> outs(n);
+    for (std::size_t i = 0; i < n; ++i) outs[i] = stmts_[i].out.lock();
+    std::unordered_map<const storage*, long> internal;  // references the step itself holds
+    for (const auto& o : outs)
+      if (o) {
+        ++internal[o.get()];
+        if (o->previous) ++internal[o->previous.get()];
+      }
+    for (const auto& l : leaves_) ++internal[l.get()];
+    struct restore {
+      storage* to;
+      std::shared_ptr<storage> from;  // the value replaced: computed before this step
+      device_buffer copy;             // empty: `to` takes from's buffer
+    };
+    std::vector<restore> restores;
+    std::unordered_map<const storage*, long> wanted;  // per replaced value: the results that get it
+    for (const auto& o : outs) {
+      if (!o || o.use_count() <= internal[o.get()]) continue;  // only the step holds it: no one reads it
+      std::shared_ptr<storage> r = o->previous;
+      while (r && r->owner.load(std::memory_order_acquire) == this) r = r->previous;
+      if (!r || r->owner.load(std::memory_order_acquire) != nullptr || !r->buffer) continue;
+      ++wanted[r.get()];
+      restores.push_back(restore{o.get(), std::move(r), {}});
+    }
+    // a replaced value no one else holds goes to its first result; every other one gets a copy
+    std::unordered_map<const storage*, bool> taken;
+    for (auto& re : restores) {
+      const storage* r = re.from.get();
+      const bool held = re.from.use_count() > internal[r] + wanted[r];
+      if (!held && !taken[r]) {
+        taken[r] = true;
+        continue;
+      }
+      re.copy = device_buffer(*re.from->dev, re.from->buffer.bytes(), "value restored by discard_step",
+                              re.from->buffer.charged());
+      std::memcpy(re.copy.data(), re.from->buffer.data(), re.from->buffer.bytes());
+    }
+    // nothing throws from here (every copy is made: a taken buffer can move)
+    for (const auto& o : outs)
+      if (o) o->owner.store(discarded, std::memory_order_release);
+    for (auto& re : restores) {
+      re.to->buffer = re.copy ? std::move(re.copy) : std::move(re.from->buffer);
+      re.to->dev = re.from->dev;
+      re.to->owner.store(nullptr, std::memory_order_release);
+    }
+    restores.clear();
+    for (const auto& o : outs)
+      if (o) o->previous.reset();
+    outs.clear();
+    forget();
+  }
+
   /// Compiles (or finds) and runs everything pending. On an exception the step stays pending
   /// as it was recorded: the run holds no tensor alive afterwards and every buffer it allocated
   /// is freed, so it can be retried any number of times, after dropping pending tensors or
@@ -328,6 +435,7 @@ class step {
       undo_compiled(g0);
       throw;
     }
+    settle_thread();
   }
 
  private:
@@ -349,7 +457,7 @@ class step {
     const std::size_t donation = signature_.size();
     append_bits(n_external_, [&](std::size_t x) { return donatable_[x] != 0; });
     signature_.push_back(chip_->serial());  // a plan is compiled for one device, as XLA's are
-    const std::uint64_t key = combine_run(static_cast<std::uint64_t>(op_tag::step), signature_.data(), signature_.size());
+    const std::uint64_t key = plan_key(signature_);
 
     auto& cache = plan_cache::instance();
     std::shared_ptr<const plan> p = cache.find(key, signature_);
@@ -422,6 +530,13 @@ class step {
     inner_refs_.assign(n, 0);
     for (const auto& l : leaves_)
       if (l->owner.load(std::memory_order_relaxed) == this) ++inner_refs_[l->producer];
+    prev_links_.clear();  // an assignment's result holds the value it replaced (replace()): a reference of the step's own
+    for (const auto& o : outputs_)
+      if (o && o->previous) {
+        const storage& p = *o->previous;
+        if (p.owner.load(std::memory_order_relaxed) == this) ++inner_refs_[p.producer];
+        else prev_links_.push_back(&p);
+      }
     read_by_live_.assign(n, 0);
     for (std::size_t i = n; i-- > 0;) {
       auto& o = outputs_[i];
@@ -509,6 +624,8 @@ class step {
           ++ext_refs_[x];
           external_bytes_[x] = leaf->buffer.bytes();
         }
+    for (const storage* p : prev_links_)  // a replaced value the step reads may still give its buffer
+      if (const std::uint32_t x = externals_.find(reinterpret_cast<std::uintptr_t>(p)); x != slot_map::none) ++ext_refs_[x];
     for (const auto& st : stmts_)
       for (std::uint32_t l = 0; l < st.n_leaves; ++l)
         if (const std::uint64_t code = signature_[st.sig_begin + 1 + l]; !is_step_output(code)) {
@@ -615,24 +732,25 @@ class step {
       c.mxu_cycles.add(static_cast<std::int64_t>(p.mxu.cycles));
       c.mxu_utilization.add_sample(100.0 * p.mxu.utilization());
     }
-    for (const auto& sp : p.stmts) outputs_[sp.stmt]->owner.store(nullptr, std::memory_order_release);
+    for (const auto& sp : p.stmts) {
+      storage& out = *outputs_[sp.stmt];
+      out.previous.reset();  // computed: nothing to give back any more
+      out.owner.store(nullptr, std::memory_order_release);
+    }
     forget();
   }
 
   /// Where a plan location is now: the arena, a live statement's output, or nowhere.
   /// This chip's process in a trace (pid 0 is the host), named on first use.
   int trace_pid() const {
-    const int pid = static_cast<int>(chip_->serial()) + 1;
-    if (trace::enabled()) trace::detail::recorder::get().name_process(pid, chip_->name());
-    return pid;
+    return xtpu::detail::trace_pid(*chip_);
   }
   /// A kernel's trace event: its kind, and for a matmul its shape and the cycle model's MXU
   /// utilization on this chip.
   void trace_kernel(trace::detail::span& s, const kernel_desc& kd, std::uint32_t stmt) const {
     std::string args = "\"statement\": " + std::to_string(stmt) + ", \"result\": " + trace::detail::json_string(describe(kd));
     if (kd.mm_passes) {
-      s.rename(std::string(kd.kind) + " " + std::to_string(kd.mm_m) + "x" + std::to_string(kd.mm_k) + "x" +
-               std::to_string(kd.mm_n) + (kd.mm_batch > 1 ? " x" + std::to_string(kd.mm_batch) : ""));
+      s.rename(std::string(kd.kind) + " " + matmul_text(kd));
       const auto cost = mxu::estimate(kd.mm_m, kd.mm_k, kd.mm_n, kd.mm_batch, kd.mm_passes, chip_->spec());
       char u[32];
       std::snprintf(u, sizeof u, "%.2f", 100.0 * cost.utilization());
@@ -707,7 +825,10 @@ class step {
   /// The thread ends with statements pending: their values will never exist.
   void abandon() noexcept {
     for (auto& st : stmts_)
-      if (auto s = st.out.lock()) s->owner.store(abandoned, std::memory_order_release);
+      if (auto s = st.out.lock()) {
+        s->owner.store(abandoned, std::memory_order_release);
+        s->previous.reset();
+      }
     forget();
   }
   void forget() noexcept {
@@ -743,7 +864,8 @@ class step {
   std::vector<std::uint32_t> ext_refs_;            // per external tensor: the step's leaves holding it
   std::vector<std::uint64_t> external_bytes_;      // per external tensor
   std::vector<char> donatable_;                    // per external tensor
-  std::vector<std::uint32_t> inner_refs_;  // per statement: the step's own leaves holding its output
+  std::vector<std::uint32_t> inner_refs_;  // per statement: the step's own leaves and links holding its output
+  std::vector<const storage*> prev_links_;  // values of earlier steps that this step's results replaced
   std::vector<char> read_by_live_;         // per statement: a live later statement reads it
   std::vector<device_buffer> buffers_;
   std::vector<std::int32_t> req_of_;                   // per live statement: its allocation request, -1 if donated
@@ -771,10 +893,61 @@ class thread_steps {
   void for_each(F f) {
     for (std::size_t i = 0; i < steps_.size(); ++i) f(*steps_[i]);
   }
+  /// Every step discarded (step::discard), then the host state recorded with them undone,
+  /// latest first.
+  void discard() {
+    for (auto& s : steps_) s->discard();
+    for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) (*it)();
+    undo_.clear();
+  }
+  /// undo() runs if the pending work is discarded (it checks that what it restores still lives).
+  void on_discard(std::function<void()> undo) { undo_.push_back(std::move(undo)); }
+  void settle() noexcept {
+    if (undo_.empty()) return;
+    for (const auto& s : steps_)
+      if (s->size() != 0) return;
+    undo_.clear();
+  }
 
  private:
   std::vector<std::unique_ptr<step>> steps_;
   step* last_ = nullptr;
+  std::vector<std::function<void()>> undo_;
+};
+
+inline void settle_thread() noexcept { thread_steps::get().settle(); }
+/// Statements this thread has pending, on every device.
+inline std::size_t thread_pending() {
+  std::size_t n = 0;
+  thread_steps::get().for_each([&](const step& s) { n += s.size(); });
+  return n;
+}
+
+/// A value of the host that belongs to the pending work, as an optimizer's step counts do:
+/// keep_for_discard() before changing it, and xtpu::discard_step() gives that value back.
+/// Copies (and moves) copy the value.
+template <class T>
+class undoable {
+ public:
+  explicit undoable(T v) : cell_(std::make_shared<T>(std::move(v))) {}
+  undoable(const undoable& o) : cell_(std::make_shared<T>(*o.cell_)) {}
+  undoable& operator=(const undoable& o) {
+    *cell_ = *o.cell_;
+    return *this;
+  }
+  ~undoable() = default;
+  T& operator*() noexcept { return *cell_; }
+  const T& operator*() const noexcept { return *cell_; }
+  T* operator->() noexcept { return cell_.get(); }
+  const T* operator->() const noexcept { return cell_.get(); }
+  void keep_for_discard() {
+    thread_steps::get().on_discard([weak = std::weak_ptr<T>(cell_), before = *cell_] {
+      if (const auto c = weak.lock()) *c = before;
+    });
+  }
+
+ private:
+  std::shared_ptr<T> cell_;
 };
 
 inline step& step::of(chip& c) { return thread_steps::get().of(c); }
@@ -831,6 +1004,15 @@ inline void end_step(const debug::trigger& why) {
 inline void mark_step(xtpu::source_location where = xtpu::source_location::current()) {
   detail::end_step(debug::trigger{debug::cause::mark_step, where});
 }
+
+/// Drops everything this thread has pending, on every device, as if it had not been recorded —
+/// after an out_of_memory, to go on with a smaller batch (docs/troubleshooting.md). Each tensor
+/// an assignment of the dropped work changed gets the value it had before (a parameter, an
+/// optimizer's state and step counts, a tensor assigned with `=`); a tensor the work made has no
+/// value (reading it is a sync_error). Gradients the work added are gone: recompute them.
+/// out_of_memory, with the earlier devices' work dropped, if a value that two tensors hold
+/// needs a copy that does not fit.
+inline void discard_step() { detail::thread_steps::get().discard(); }
 
 /// After the next `steps` mark_step() calls, a step that needs a new plan throws
 /// compilation_error (the step stays pending) with how its graph differs from the closest

@@ -104,7 +104,7 @@ inline void sync(const storage& s, const xtpu::source_location& where) {
   step& st = step::of(*s.dev);
   const bool runs = st.size() != 0;
   if (runs && trace::enabled())
-    trace::detail::instant("sync", "sync point", static_cast<int>(s.dev->serial()) + 1,
+    trace::detail::instant("sync", "sync point", trace_pid(*s.dev),
                            "\"called from\": " + trace::detail::json_string(debug::detail::frame_text(where)));
   st.run(debug::trigger{debug::cause::sync_point, where});
   if (runs) {  // counted once it ran: a read that threw (and is retried) counts once
@@ -150,8 +150,16 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   }
   tensor(const tensor&) = default;
   tensor(tensor&&) noexcept = default;
-  tensor& operator=(const tensor&) = default;
-  tensor& operator=(tensor&&) noexcept = default;
+  /// The other tensor's value (shared, not copied); a pending one keeps the value it replaces
+  /// until its step runs, as an expression's does (detail::replace: xtpu::discard_step).
+  tensor& operator=(const tensor& o) noexcept {
+    detail::replace(storage_, o.storage_);
+    return *this;
+  }
+  tensor& operator=(tensor&& o) noexcept {
+    detail::replace(storage_, std::move(o.storage_));
+    return *this;
+  }
   ~tensor() = default;
 
   /// Records `*this = e` in the pending step (nothing runs until mark_step or a sync), with
@@ -160,7 +168,7 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   tensor(const E& e) : storage_(record<Tape>(e)) {}
   template <detail::node E, bool Tape = detail::tape_default>
   tensor& operator=(const E& e) {
-    storage_ = record<Tape>(e);  // the old value stays alive for statements that read it
+    detail::replace(storage_, record<Tape>(e));  // the old value stays alive until the step runs
     return *this;
   }
   /// A tensor of another type: always an error (E102 shape, E205 dtype).
@@ -264,7 +272,7 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   void read_into(T* dst, const xtpu::source_location& where) const {
     detail::sync(*storage_, where);
     debug::detail::note_transfer();
-    trace::detail::span traced("transfer", "TransferFromDevice", static_cast<int>(storage_->dev->serial()) + 1);
+    trace::detail::span traced("transfer", "TransferFromDevice", detail::trace_pid(*storage_->dev));
     if (traced.active()) traced.add_args("\"bytes\": " + std::to_string(bytes));
     detail::time_sample t{detail::counters::get().from_device};
     std::memcpy(static_cast<void*>(dst), storage_->buffer.data(), bytes);
@@ -275,7 +283,7 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
       : storage_(make_storage(d, "transfer")) {
     detail::time_sample t{timer};
     trace::detail::span traced("transfer", &timer == &detail::counters::get().between_devices ? "TransferDeviceToDevice" : "TransferToDevice",
-                               static_cast<int>(d.chip().serial()) + 1);
+                               detail::trace_pid(d.chip()));
     if (traced.active()) traced.add_args("\"bytes\": " + std::to_string(bytes));
     std::memcpy(storage_->buffer.data(), src, bytes);
     if constexpr (std::is_same_v<T, float>)

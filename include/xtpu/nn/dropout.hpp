@@ -12,7 +12,8 @@
 //       draws the next seed of its own stream (an nn::seeds from the seed init gives it), so
 //       two dropout modules of a model, and two steps, get different masks. It takes one seed
 //       from init's stream: the modules declared after it get other values than in a model
-//       without it. Like a parameter, it belongs to one thread (a call advances its stream).
+//       without it. Like a parameter, it belongs to one thread (a call advances its stream;
+//       xtpu::discard_step takes the stream back to where the dropped work found it).
 // Shape rule: x's shape and type. Errors: E201 (x not float or bf16); xtpu::error for p
 // outside [0, 1] or NaN, naming p (nothing recorded).
 #pragma once
@@ -42,15 +43,17 @@ auto dropout(const X& x, float p, std::uint64_t seed) {
 struct dropout_module {
   float p = 0.5f;
   bool training = true;
-  mutable seeds stream{0};  // nn::init replaces it; each call takes its next seed
+  // nn::init replaces it; each call takes its next seed (given back by xtpu::discard_step)
+  mutable detail::undoable<seeds> stream{seeds{0}};
 
   // x (...) -> (...), x's type
   template <class X>
   auto operator()(const X& x) const {
     if (!training) return detail::as_tensor(x);
-    return dropout(x, p, stream.next());
+    stream.keep_for_discard();
+    return dropout(x, p, stream->next());
   }
-  void reset_parameters(seeds& s) { stream = seeds(s.next()); }
+  void reset_parameters(seeds& s) { *stream = seeds(s.next()); }
 };
 
 }  // namespace xtpu::nn

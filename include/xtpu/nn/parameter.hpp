@@ -55,10 +55,10 @@ class parameter : public tensor<T, Dims...> {
   /// The gradient summed by the backward calls since the last zero_grad (or optimizer step);
   /// zeros if none reached this parameter.
   tensor_type grad() const {
-    if (slot_->grad) return detail::tensor_access::adopt<tensor_type>(slot_->grad);
+    if (has_grad()) return detail::tensor_access::adopt<tensor_type>(slot_->grad);
     return zeros<T, Dims...>();
   }
-  bool has_grad() const noexcept { return slot_ && slot_->grad != nullptr; }
+  bool has_grad() const noexcept { return slot_ && detail::has_value(slot_->grad); }
   /// Forgets the gradient (the next backward starts from none).
   void zero_grad() noexcept { slot_->grad.reset(); }
   /// The gradient replaced by e's value (e of the parameter's shape and type, recorded outside
@@ -66,7 +66,7 @@ class parameter : public tensor<T, Dims...> {
   template <class E>
   void set_grad(const E& e) {
     const no_grad scope;
-    slot_->grad = tensor_type(e).storage_ptr();
+    detail::replace(slot_->grad, tensor_type(e).storage_ptr());
   }
   bool requires_grad() const noexcept { return slot_->requires_grad; }
   /// false: frozen (a LoRA base, a teacher) — backward gives it no gradient.

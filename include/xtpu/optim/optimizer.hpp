@@ -67,18 +67,18 @@ auto untaped(const E& e) {
 
 /// One f32 state tensor per parameter (null until the first update that needs it).
 struct state_slots {
-  explicit state_slots(std::size_t n) : slots(n), steps(n, 0) {}
+  explicit state_slots(std::size_t n) : slots(n) {}
   /// Slot i as a tensor of the parameter P's shape in f32 (zeros if it has none yet).
   template <class P>
   auto get(std::size_t i) const {
     using S = xtpu::detail::tensor_for_t<float, typename P::shape_type>;
-    if (slots[i]) return xtpu::detail::tensor_access::adopt<S>(slots[i]);
+    if (has(i)) return xtpu::detail::tensor_access::adopt<S>(slots[i]);
     return xtpu::detail::tensor_access::untaped(xtpu::detail::full_node<float, typename P::shape_type>(0.0));
   }
-  bool has(std::size_t i) const noexcept { return slots[i] != nullptr; }
+  bool has(std::size_t i) const noexcept { return xtpu::detail::has_value(slots[i]); }
   template <class S>
   void set(std::size_t i, const S& t) {
-    slots[i] = t.storage_ptr();
+    xtpu::detail::replace(slots[i], t.storage_ptr());
   }
   /// f(name, t) with slot i as t (zeros if it has none yet); a t that f assigns becomes the
   /// slot (loading a checkpoint): an optimizer that had no state goes on from the loaded one.
@@ -92,7 +92,6 @@ struct state_slots {
     return true;
   }
   std::vector<std::shared_ptr<xtpu::detail::storage>> slots;
-  std::vector<std::int64_t> steps;  // per parameter: the updates it took (Adam's t, as torch's state['step'])
 };
 
 /// f(index, parameter&) for the parameters of model that have a gradient, recorded outside
@@ -171,10 +170,9 @@ struct master_weights {
 /// Adam's moments and update for one parameter (PyTorch's single-tensor formulas);
 /// decoupled: AdamW's decay of the weight itself, else an L2 term added to the gradient.
 template <class P, class Options>
-void adam_update(P& p, std::size_t i, state_slots& m, state_slots& v, master_weights& master, const Options& o,
-                 bool decoupled) {
+void adam_update(P& p, std::size_t i, std::int64_t t, state_slots& m, state_slots& v, master_weights& master,
+                 const Options& o, bool decoupled) {
   const float lr = o.lr, beta1 = o.beta1, beta2 = o.beta2, eps = o.eps, weight_decay = o.weight_decay;
-  const std::int64_t t = ++m.steps[i];
   using P_t = std::remove_cvref_t<P>;
   const auto w = master.weight(p, i, o.master_weights);
   const auto g = cast<float>(p.grad()) + (decoupled ? 0.0f : weight_decay) * w;      // (shape) f32
@@ -265,15 +263,17 @@ class adam_family {
         o_(o),
         m_(nn::parameter_tensors_v<Model>),
         v_(nn::parameter_tensors_v<Model>),
-        master_(nn::parameter_tensors_v<Model>) {}
+        master_(nn::parameter_tensors_v<Model>),
+        counts_(counts{0, std::vector<std::int64_t>(nn::parameter_tensors_v<Model>, 0)}) {}
   Options& options() noexcept { return o_; }
   const Options& options() const noexcept { return o_; }
-  std::int64_t steps() const noexcept { return t_; }
-  std::int64_t& steps() noexcept { return t_; }  // settable: a checkpoint restores it
+  std::int64_t steps() const noexcept { return counts_->t; }
+  std::int64_t& steps() noexcept { return counts_->t; }  // settable: a checkpoint restores it
 
   void step() {
-    ++t_;
-    update_each(*model_, [&](std::size_t i, auto& p) { adam_update(p, i, m_, v_, master_, o_, Decoupled); });
+    counts_.keep_for_discard();
+    ++counts_->t;
+    update_each(*model_, [&](std::size_t i, auto& p) { adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, Decoupled); });
   }
   void zero_grad() { nn::zero_grad(*model_); }
 
@@ -285,14 +285,18 @@ class adam_family {
   void for_each_state(F&& f) {
     visit_states(*model_, f, {{"exp_avg", &m_}, {"exp_avg_sq", &v_}}, master_);
   }
-  std::int64_t& step_of(std::size_t i) { return m_.steps.at(i); }
+  std::int64_t& step_of(std::size_t i) { return counts_->of.at(i); }
 
  private:
   Model* model_;
   Options o_;
   state_slots m_, v_;
   master_weights master_;
-  std::int64_t t_ = 0;
+  struct counts {
+    std::int64_t t;                // step() calls
+    std::vector<std::int64_t> of;  // per parameter: the updates it took (torch's state['step'])
+  };
+  xtpu::detail::undoable<counts> counts_;  // discard_step gives back what a dropped step() counted
 };
 }  // namespace detail
 
