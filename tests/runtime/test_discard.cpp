@@ -46,6 +46,7 @@ TEST_F(Discard, AssignedTensorsGetTheirValuesBack) {
   EXPECT_EQ(host(w)[5], 2.0);
   EXPECT_EQ(host(fresh_before)[31], 5.0);
   EXPECT_THROW((void)host(made), xtpu::sync_error) << "made by the dropped work: no value";
+  EXPECT_FALSE(made.pending());
   EXPECT_EQ(dev.bytes_in_use(), in_use + 0) << "the values moved back, nothing copied or lost";
   try {
     (void)made.to_host();
@@ -89,6 +90,49 @@ TEST_F(Discard, TensorsAssignedBackAndForthGoBack) {
   EXPECT_EQ(host(a)[0], 1.0);
   EXPECT_EQ(host(c)[0], 1.0) << "c shares the value a had before the step";
   EXPECT_EQ(host(d)[0], 1.0) << "d shares a's value";
+}
+
+TEST_F(Discard, ATensorAssignedATensorSharesItsFate) {
+  // docs/lazy.md#dropping-a-step: a value is linked to the first tensor it replaced a value in
+  tensor<float, 16> a = xtpu::full<float, 16>(1.0f), b = xtpu::full<float, 16>(2.0f);
+  xtpu::mark_step();
+  a = a + 1.0f;
+  b = b + 1.0f;
+  tensor<float, 16> tmp = a;
+  a = b;
+  b = tmp;
+  tensor<float, 16> made = a * 3.0f;  // a result no assignment linked
+  xtpu::discard_step();
+  EXPECT_EQ(host(a)[0], 2.0) << "a shares b's new value, which goes back to b's old one";
+  EXPECT_EQ(host(b)[0], 1.0);
+  EXPECT_FALSE(made.pending()) << "a dropped value waits for nothing";
+  EXPECT_THROW((void)host(made), xtpu::sync_error);
+}
+
+TEST_F(Discard, FallbackGivesBackWhatItsMicroBatchesRan) {
+  // a step that fails after one of its micro-batches ran: the dropout seeds that micro-batch
+  // drew are given back too, so the retry draws what a run at the smaller size draws
+  xtpu::nn::dropout_module fell_back{.p = 0.5f}, reference{.p = 0.5f};
+  const tensor<float, 8> x = xtpu::full<float, 8>(1.0f);
+  xtpu::mark_step();
+  xtpu::batch_fallback<8, 4> batches;
+  int attempts = 0;
+  batches.run([&]<std::size_t B>() {
+    ++attempts;
+    for (std::size_t i = 0; i < 8 / B; ++i) {
+      const tensor<float, B> y = fell_back(xtpu::slice<0, 0, B>(x));
+      xtpu::mark_step();
+    }
+    if (B == 8) throw xtpu::out_of_memory("xtpu: simulated: out of HBM after the first micro-batch ran");
+  });
+  for (int i = 0; i < 2; ++i) {
+    const tensor<float, 4> y = reference(xtpu::slice<0, 0, 4>(x));
+    xtpu::mark_step();
+  }
+  EXPECT_EQ(attempts, 2);
+  EXPECT_EQ(batches.size(), 4u);
+  EXPECT_EQ(batches.last_error(), "xtpu: simulated: out of HBM after the first micro-batch ran");
+  EXPECT_EQ(fell_back.stream->next(), reference.stream->next());
 }
 
 TEST_F(Discard, InPlaceUpdatesStayInPlace) {

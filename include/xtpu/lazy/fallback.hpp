@@ -4,8 +4,8 @@
 // run(step) calls step.template operator()<B>() with the batch size that worked last (at
 // first the largest); when it throws out_of_memory, everything it recorded is dropped
 // (xtpu::discard_step(): parameters, optimizer state and counts, dropout streams back at their
-// values before it) and it is called again with the next smaller size, which is kept for the
-// calls after. The step is instantiated once per size, so the graphs a run can compile are
+// values before it — the dropout seeds of micro-batches that already ran too) and it is called
+// again with the next smaller size, which is kept for the calls after. The step is instantiated once per size, so the graphs a run can compile are
 // known at compile time; a step of batch B over a batch of N rows takes N / B micro-batches
 // (docs/troubleshooting.md, examples/oom_fallback.cpp). size(), fallbacks() and last_error()
 // say where it stands.
@@ -49,6 +49,11 @@ class batch_fallback {
     if (const std::size_t n = detail::thread_pending(); n != 0)
       throw error("xtpu: batch_fallback::run: " + std::to_string(n) +
                   " statements are pending; a fallback would drop them with the step — run xtpu::mark_step() first");
+    detail::settle_thread();  // what earlier work left to undo has run
+    const struct hold {       // a micro-batch's mark_step keeps what it changed undoable until the end
+      hold() noexcept { detail::thread_steps::get().hold(); }
+      ~hold() { detail::thread_steps::get().release(); }
+    } held;
     const std::size_t first = at_;
     for (;;) {
       try {

@@ -303,7 +303,7 @@ struct grad_slot {
 template <class Tensor>
 void add_gradient(step& s, grad_slot& slot, const std::shared_ptr<storage>& g) {
   if (!has_value(slot.grad)) slot.grad = g;
-  else replace(slot.grad, tensor_access::record_untaped<Tensor>(s, tensor_access::adopt<Tensor>(slot.grad) +
+  else replace_fresh(slot.grad, tensor_access::record_untaped<Tensor>(s, tensor_access::adopt<Tensor>(slot.grad) +
                                                                      tensor_access::adopt<Tensor>(g)).storage_ptr());
 }
 

@@ -21,7 +21,8 @@
 // replaced until its step runs: detail::replace).
 // A compile is reported at XTPU_DEBUG >= 1 (metrics/debug.hpp), with how its graph differs from
 // the closest cached one (lazy/recompile.hpp).
-// Errors: sync_error (reading a tensor pending in another thread's step); device_mismatch (an
+// Errors: sync_error (reading a tensor pending in another thread's step, or one discard_step
+// dropped); out_of_memory from discard_step (a copy that does not fit); device_mismatch (an
 // expression reading tensors of two chips); compilation_error (a compile after
 // no_recompile_after took effect: the step stays pending); config_error for a bad XTPU_* setting
 // (settings::check_environment, run by the first step or tensor).
@@ -93,19 +94,6 @@ inline bool has_value(const std::shared_ptr<storage>& s) noexcept {
   if (!s) return false;
   const void* o = s->owner.load(std::memory_order_acquire);
   return o != abandoned && o != discarded;
-}
-
-/// handle = next, where next is the pending value of an assignment: next keeps the value it
-/// replaces until its step runs, so that xtpu::discard_step() can give it back. Every
-/// assignment of a tensor, a parameter's gradient or an optimizer's state goes through here.
-/// A value already in handle's chain (`a = c` after `c = a; a = e`) is not linked again: no cycle.
-inline void replace(std::shared_ptr<storage>& handle, std::shared_ptr<storage> next) noexcept {
-  if (next && !next->previous && next->owner.load(std::memory_order_relaxed) != nullptr) {
-    bool in_chain = false;
-    for (const storage* p = handle.get(); p != nullptr && !in_chain; p = p->previous.get()) in_chain = p == next.get();
-    if (!in_chain) next->previous = std::move(handle);
-  }
-  handle = std::move(next);
 }
 
 inline void throw_not_readable(const void* owner) {
@@ -399,7 +387,7 @@ class step {
       if (o) o->owner.store(discarded, std::memory_order_release);
     for (auto& re : restores) {
       re.to->buffer = re.copy ? std::move(re.copy) : std::move(re.from->buffer);
-      re.to->dev = re.from->dev;
+      if (re.to->dev != re.from->dev) re.to->dev = re.from->dev;  // a chain across devices
       re.to->owner.store(nullptr, std::memory_order_release);
     }
     restores.clear();
@@ -414,7 +402,10 @@ class step {
   /// is freed, so it can be retried any number of times, after dropping pending tensors or
   /// freeing memory.
   void run(const debug::trigger& why) {
-    if (stmts_.empty()) return;
+    if (stmts_.empty()) {
+      settle_thread();
+      return;
+    }
     auto& c = counters::get();
     const std::size_t g0 = signature_.size();
     arena_grown_ = false;
@@ -902,8 +893,10 @@ class thread_steps {
   }
   /// undo() runs if the pending work is discarded (it checks that what it restores still lives).
   void on_discard(std::function<void()> undo) { undo_.push_back(std::move(undo)); }
+  /// Once nothing is pending, nothing is left to undo — unless held: batch_fallback keeps what
+  /// its micro-batches' steps changed undoable until the whole step is done.
   void settle() noexcept {
-    if (undo_.empty()) return;
+    if (undo_.empty() || holds_ != 0) return;
     for (const auto& s : steps_)
       if (s->size() != 0) return;
     undo_.clear();
@@ -913,9 +906,44 @@ class thread_steps {
   std::vector<std::unique_ptr<step>> steps_;
   step* last_ = nullptr;
   std::vector<std::function<void()>> undo_;
+
+ public:
+  void hold() noexcept { ++holds_; }
+  void release() noexcept {
+    --holds_;
+    settle();
+  }
+  /// Whether o is one of this thread's steps.
+  bool owns(const void* o) const noexcept {
+    for (const auto& s : steps_)
+      if (s.get() == o) return true;
+    return false;
+  }
+
+ private:
+  std::size_t holds_ = 0;
 };
 
 inline void settle_thread() noexcept { thread_steps::get().settle(); }
+
+/// handle = next for an assignment: when this thread's pending step computes next, next keeps
+/// the value it replaces until the step runs, so that xtpu::discard_step() can give it back.
+/// A value has one link: the first assignment of it to a tensor (or slot) that held another
+/// value; a later copy of it elsewhere shares it, and its fate (docs/lazy.md). A value already
+/// in handle's chain (`a = c` after `c = a; a = e`) is not linked again: no cycle.
+inline void replace(std::shared_ptr<storage>& handle, std::shared_ptr<storage> next) noexcept {
+  if (next && !next->previous && thread_steps::get().owns(next->owner.load(std::memory_order_relaxed))) {
+    bool in_chain = false;
+    for (const storage* p = handle.get(); p != nullptr && !in_chain; p = p->previous.get()) in_chain = p == next.get();
+    if (!in_chain) next->previous = std::move(handle);
+  }
+  handle = std::move(next);
+}
+/// replace() for a result this thread recorded just now (linked to nothing, in no chain).
+inline void replace_fresh(std::shared_ptr<storage>& handle, std::shared_ptr<storage> next) noexcept {
+  next->previous = std::move(handle);
+  handle = std::move(next);
+}
 /// Statements this thread has pending, on every device.
 inline std::size_t thread_pending() {
   std::size_t n = 0;
@@ -1006,12 +1034,16 @@ inline void mark_step(xtpu::source_location where = xtpu::source_location::curre
 }
 
 /// Drops everything this thread has pending, on every device, as if it had not been recorded —
-/// after an out_of_memory, to go on with a smaller batch (docs/troubleshooting.md). Each tensor
-/// an assignment of the dropped work changed gets the value it had before (a parameter, an
-/// optimizer's state and step counts, a tensor assigned with `=`); a tensor the work made has no
-/// value (reading it is a sync_error). Gradients the work added are gone: recompute them.
-/// out_of_memory, with the earlier devices' work dropped, if a value that two tensors hold
-/// needs a copy that does not fit.
+/// after an out_of_memory, to go on with a smaller batch (docs/lazy.md#dropping-a-step). Each
+/// value an assignment of the dropped work replaced is given back: a tensor assigned an
+/// expression, a parameter, an optimizer's state (and its step counts, its master weights'
+/// bookkeeping), a dropout stream. A tensor assigned another tensor shares that value and its
+/// fate; a value the work made and no assignment linked has none (reading it is a sync_error).
+/// Not undone: transfers (from_host: done when it returns) and zero_grad() — a dropped optimizer
+/// step leaves the gradients cleared: a retried step recomputes them. A chain of assignments
+/// across two devices goes back as far as the device discarded first allows.
+/// out_of_memory if a value that two tensors hold needs a copy that does not fit: the devices
+/// before it are dropped, the host values not yet given back — call it again after freeing memory.
 inline void discard_step() { detail::thread_steps::get().discard(); }
 
 /// After the next `steps` mark_step() calls, a step that needs a new plan throws

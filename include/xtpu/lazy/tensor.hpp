@@ -168,7 +168,7 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   tensor(const E& e) : storage_(record<Tape>(e)) {}
   template <detail::node E, bool Tape = detail::tape_default>
   tensor& operator=(const E& e) {
-    detail::replace(storage_, record<Tape>(e));  // the old value stays alive until the step runs
+    detail::replace_fresh(storage_, record<Tape>(e));  // the old value stays alive until the step runs
     return *this;
   }
   /// A tensor of another type: always an error (E102 shape, E205 dtype).
@@ -217,8 +217,11 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   }
 
   const std::shared_ptr<detail::storage>& storage_ptr() const noexcept { return storage_; }
-  /// True while the value waits for mark_step().
-  bool pending() const noexcept { return storage_->owner.load() != nullptr; }
+  /// True while the value waits for mark_step() (not for a value discard_step() dropped).
+  bool pending() const noexcept {
+    const void* o = storage_->owner.load();
+    return o != nullptr && o != detail::discarded;
+  }
 
   /// The device the value lives on (where it was made, or where the operands of the
   /// expression that computes it live).

@@ -66,7 +66,7 @@ class parameter : public tensor<T, Dims...> {
   template <class E>
   void set_grad(const E& e) {
     const no_grad scope;
-    detail::replace(slot_->grad, tensor_type(e).storage_ptr());
+    detail::replace_fresh(slot_->grad, tensor_type(e).storage_ptr());
   }
   bool requires_grad() const noexcept { return slot_->requires_grad; }
   /// false: frozen (a LoRA base, a teacher) — backward gives it no gradient.

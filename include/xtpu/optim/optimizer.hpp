@@ -117,7 +117,7 @@ auto as_parameter_type(E&& e) {
 /// and write; the parameter gets each new value rounded once. Without them (or for an f32
 /// parameter) the weight is the parameter itself, widened.
 struct master_weights {
-  explicit master_weights(std::size_t n) : copies(n), written(n) {}
+  explicit master_weights(std::size_t n) : copies(n), written(std::vector<std::weak_ptr<xtpu::detail::storage>>(n)) {}
   template <class P>
   static constexpr bool applies = !std::is_same_v<typename P::value_type, float>;
 
@@ -127,7 +127,7 @@ struct master_weights {
   template <class P>
   auto weight(const P& p, std::size_t i, bool on) const {
     if constexpr (applies<P>) {
-      return on && copies.has(i) && written[i].lock() == p.storage_ptr() ? copies.template get<P>(i)
+      return on && copies.has(i) && (*written)[i].lock() == p.storage_ptr() ? copies.template get<P>(i)
                                                                           : untaped(cast<float>(p));
     } else {
       return cast<float>(p);
@@ -141,7 +141,7 @@ struct master_weights {
         const xtpu::detail::tensor_for_t<float, typename P::shape_type> w = untaped(std::forward<E>(e));
         copies.set(i, w);
         p = untaped(as_parameter_type<P>(w));
-        written[i] = p.storage_ptr();
+        (*written)[i] = p.storage_ptr();
         return;
       }
     }
@@ -161,10 +161,11 @@ struct master_weights {
     f(name + ".master", t);
     if (t.storage_ptr() == before) return;
     copies.set(i, t);
-    written[i] = p.storage_ptr();
+    (*written)[i] = p.storage_ptr();
   }
   state_slots copies;
-  std::vector<std::weak_ptr<xtpu::detail::storage>> written;  // the value each parameter got last
+  // the value each parameter got last (an optimizer step keeps it for discard_step)
+  xtpu::detail::undoable<std::vector<std::weak_ptr<xtpu::detail::storage>>> written;
 };
 
 /// Adam's moments and update for one parameter (PyTorch's single-tensor formulas);
@@ -220,6 +221,7 @@ class sgd {
     if (o_.nesterov && (o_.momentum <= 0.0f || o_.dampening != 0.0f))
       throw error("xtpu: optim::sgd: Nesterov momentum needs momentum > 0 and dampening 0 (momentum " +
                   std::to_string(o_.momentum) + ", dampening " + std::to_string(o_.dampening) + ")");
+    master_.written.keep_for_discard();
     detail::update_each(*model_, [&](std::size_t i, auto& p) {
       using P_t = std::remove_cvref_t<decltype(p)>;
       const auto w = master_.weight(p, i, o_.master_weights);
@@ -272,6 +274,7 @@ class adam_family {
 
   void step() {
     counts_.keep_for_discard();
+    master_.written.keep_for_discard();
     ++counts_->t;
     update_each(*model_, [&](std::size_t i, auto& p) { adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, Decoupled); });
   }
