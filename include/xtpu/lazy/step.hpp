@@ -306,6 +306,11 @@ class step {
   static void run_all(const debug::trigger& why);
 
   chip& on() const noexcept { return *chip_; }
+  /// Whether s is computed by this step or read by one of its statements.
+  bool holds(const storage* s) const noexcept {
+    return s->owner.load(std::memory_order_relaxed) == this ||
+           externals_.find(reinterpret_cast<std::uintptr_t>(s)) != slot_map::none;
+  }
 
   std::size_t size() const noexcept { return stmts_.size(); }
 
@@ -926,22 +931,29 @@ class thread_steps {
 
 inline void settle_thread() noexcept { thread_steps::get().settle(); }
 
-/// handle = next for an assignment: when this thread's pending step computes next, next keeps
-/// the value it replaces until the step runs, so that xtpu::discard_step() can give it back.
-/// A value has one link: the first assignment of it to a tensor (or slot) that held another
-/// value; a later copy of it elsewhere shares it, and its fate (docs/lazy.md). A value already
-/// in handle's chain (`a = c` after `c = a; a = e`) is not linked again: no cycle.
+/// handle = next for an assignment: when this thread's pending step computes next, and that
+/// step holds the value handle had (reads it, or computes it too), next keeps that value until
+/// the step runs, so that xtpu::discard_step() can give it back. A value the step does not hold
+/// is not kept — it is freed here, as before the step, costing no memory; a parameter or an
+/// optimizer's state is always read by its update. A value has one link: the first assignment
+/// of it to a tensor (or slot) that held another value; a later copy of it elsewhere shares it,
+/// and its fate (docs/lazy.md#dropping-a-step). A value already in handle's chain (`a = c`
+/// after `c = a; a = e`) is not linked again: no cycle.
 inline void replace(std::shared_ptr<storage>& handle, std::shared_ptr<storage> next) noexcept {
-  if (next && !next->previous && thread_steps::get().owns(next->owner.load(std::memory_order_relaxed))) {
-    bool in_chain = false;
-    for (const storage* p = handle.get(); p != nullptr && !in_chain; p = p->previous.get()) in_chain = p == next.get();
-    if (!in_chain) next->previous = std::move(handle);
+  if (next && !next->previous && handle) {
+    const void* o = next->owner.load(std::memory_order_relaxed);
+    if (thread_steps::get().owns(o) && static_cast<const step*>(o)->holds(handle.get())) {
+      bool in_chain = false;
+      for (const storage* p = handle.get(); p != nullptr && !in_chain; p = p->previous.get()) in_chain = p == next.get();
+      if (!in_chain) next->previous = std::move(handle);
+    }
   }
   handle = std::move(next);
 }
 /// replace() for a result this thread recorded just now (linked to nothing, in no chain).
 inline void replace_fresh(std::shared_ptr<storage>& handle, std::shared_ptr<storage> next) noexcept {
-  next->previous = std::move(handle);
+  if (handle && static_cast<const step*>(next->owner.load(std::memory_order_relaxed))->holds(handle.get()))
+    next->previous = std::move(handle);
   handle = std::move(next);
 }
 /// Statements this thread has pending, on every device.
