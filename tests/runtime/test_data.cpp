@@ -1,8 +1,9 @@
 // The data layer: IDX files (plain and gzip, written here byte by byte from the published
 // format, not by the reader's own code), their errors with file and offset, datasets, and the
-// loader — every sample once per epoch, a fixed seeded order, shards, a padded last batch,
-// prefetching on a thread with the same batches as without, resuming from a position, an
-// out_of_memory during a transfer that loses nothing; Fashion-MNIST from Debian's package.
+// loader and sequence buckets — every sample once per epoch, a fixed seeded order, shards, a
+// padded last batch, prefetching on a thread with the same batches as without, resuming from a
+// position, an out_of_memory during a transfer that loses nothing; Fashion-MNIST from Debian's
+// package.
 #include "files.hpp"
 #include "reference.hpp"
 
@@ -400,6 +401,136 @@ TEST(Buckets, TheOrderIsSeededAndAStepCompilesOncePerBucket) {
   for (const auto& q : s)
     for (std::size_t j = 1; j < q.size(); ++j) want += q[j];
   EXPECT_EQ(static_cast<double>(total.item()), 3 * want);
+}
+
+namespace {
+/// The first token of every real row of every batch of one pass, from `from`, and where it ended.
+std::vector<std::int32_t> firsts_from(const seq_buckets& d, const xtpu::data::loader_position& from,
+                                      std::size_t stop_after = SIZE_MAX,
+                                      xtpu::data::loader_position* next = nullptr) {
+  std::vector<std::int32_t> out;
+  std::size_t n = 0;
+  const auto p = d.for_each_batch(from, [&](auto& bt) {
+    const auto x = bt.x.to_host();
+    for (std::size_t r = 0; r < bt.real; ++r) out.push_back(x(r, 0));
+    return ++n < stop_after;
+  });
+  if (next) *next = p;
+  return out;
+}
+/// 24 sequences of 3..17 tokens (sequence i's tokens start at 100 i): 13 batches of 2 over three buckets.
+std::vector<std::vector<std::int32_t>> many_sequences() {
+  std::vector<std::vector<std::int32_t>> s;
+  for (std::size_t i = 0; i < 24; ++i) {
+    std::vector<std::int32_t> t(3 + (i * 7) % 15);
+    for (std::size_t j = 0; j < t.size(); ++j) t[j] = static_cast<std::int32_t>(100 * i + j);
+    s.push_back(t);
+  }
+  return s;
+}
+}  // namespace
+
+TEST(Buckets, PrefetchingGivesTheSameBatchesAsNot) {
+  const seq_buckets ahead(many_sequences(), {.seed = 3, .prefetch = 3}), inline_(many_sequences(), {.seed = 3, .prefetch = 0});
+  for (std::uint64_t e = 0; e < 3; ++e) EXPECT_EQ(firsts_from(ahead, {e, 0}), firsts_from(inline_, {e, 0})) << "epoch " << e;
+  // the batches' indices count this rank's epoch
+  std::vector<std::size_t> indices;
+  ahead.for_each_batch(0, [&](auto& bt) { indices.push_back(bt.index); });
+  EXPECT_EQ(indices.size(), ahead.batches_per_epoch());
+  for (std::size_t i = 0; i < indices.size(); ++i) EXPECT_EQ(indices[i], i);
+}
+
+TEST(Buckets, ShardsAreDisjointAndEqualAndTogetherTheEpoch) {
+  const seq_buckets one(many_sequences(), {.seed = 4});
+  const std::size_t all = one.batches_per_epoch();
+  std::vector<std::int32_t> together;
+  std::set<std::int32_t> seen;
+  for (std::size_t world : {2u, 3u, 13u}) {
+    std::size_t rows = 0, total_batches = 0;
+    seen.clear();
+    for (std::size_t rank = 0; rank < world; ++rank) {
+      const seq_buckets d(many_sequences(), {.seed = 4, .rank = rank, .world = world});
+      EXPECT_EQ(d.batches_per_epoch(), all / world);
+      total_batches += d.batches_per_epoch();
+      for (std::int32_t f : firsts_from(d, {1, 0})) {
+        EXPECT_TRUE(seen.insert(f).second) << "sequence " << f / 100 << " on two ranks (world " << world << ")";
+        ++rows;
+      }
+    }
+    EXPECT_EQ(total_batches, all - all % world);
+    if (all % world == 0) {
+      EXPECT_EQ(rows, many_sequences().size()) << "world " << world;
+    }
+  }
+  // rank r takes positions r, r + world, ... of the one-rank order
+  const seq_buckets r1(many_sequences(), {.seed = 4, .rank = 1, .world = 2});
+  std::vector<std::int32_t> want, got = firsts_from(r1, {0, 0});
+  std::size_t b = 0;
+  one.for_each_batch(0, [&](auto& bt) {
+    if (b++ % 2 == 1) {
+      const auto x = bt.x.to_host();
+      for (std::size_t r = 0; r < bt.real; ++r) want.push_back(x(r, 0));
+    }
+  });
+  EXPECT_EQ(got, want);
+
+  std::string m = error_message<xtpu::config_error>([] { static_cast<void>(seq_buckets(many_sequences(), {.rank = 2, .world = 2})); });
+  EXPECT_TRUE(has(m, "sequence_buckets: rank 2 of world 2: expected world >= 1 and rank in [0, world)")) << m;
+  m = error_message<xtpu::shape_error>([] { static_cast<void>(seq_buckets(sequences(), {.world = 5})); });
+  EXPECT_TRUE(has(m, "4 batches of 2 for 5 ranks")) << m;
+}
+
+TEST(Buckets, BreakingOffAndResumingFromAPositionContinuesTheSameSequence) {
+  const seq_buckets d(many_sequences(), {.seed = 9});
+  const auto whole = firsts_from(d, {2, 0});
+  xtpu::data::loader_position p;
+  auto part = firsts_from(d, {2, 0}, 5, &p);  // f returns false after 5 batches
+  EXPECT_EQ(p, (xtpu::data::loader_position{2, 5}));
+  EXPECT_EQ(p.order, d.describe());
+  EXPECT_EQ(d.describe(), "24 sequences in buckets (4, 8, 16), batch 2, seed 9, shuffled, shard 0 of 1");
+  const seq_buckets again(many_sequences(), {.seed = 9, .prefetch = 0});  // a new process, as after a checkpoint
+  xtpu::data::loader_position end;
+  for (std::int32_t f : firsts_from(again, p, SIZE_MAX, &end)) part.push_back(f);
+  EXPECT_EQ(part, whole);
+  EXPECT_EQ(end, (xtpu::data::loader_position{3, 0}));  // the epoch ran through: the next one
+  // the last batch: the next position is the next epoch's first
+  firsts_from(d, {2, d.batches_per_epoch() - 1}, 1, &end);
+  EXPECT_EQ(end, (xtpu::data::loader_position{3, 0}));
+
+  const seq_buckets other(many_sequences(), {.seed = 8});
+  std::string m = error_message<xtpu::config_error>([&] { firsts_from(other, p); });
+  EXPECT_TRUE(has(m, "sequence_buckets: the position (epoch 2, batch 5) comes from a loader of 24 sequences in buckets "
+                     "(4, 8, 16), batch 2, seed 9, shuffled, shard 0 of 1; this one is " + other.describe())) << m;
+  m = error_message<xtpu::config_error>([&] { firsts_from(d, {0, d.batches_per_epoch()}); });
+  EXPECT_TRUE(has(m, "batch " + std::to_string(d.batches_per_epoch()) + " of an epoch of")) << m;
+}
+
+TEST(Buckets, AnOutOfMemoryWhileMakingABatchReachesTheCaller) {
+  const xtpu::device dev("v5e", 7);
+  const std::uint64_t hbm = dev.hbm_bytes();
+  for (std::size_t depth : {0, 2}) {
+    xtpu::device_scope on(dev);
+    const seq_buckets d(many_sequences(), {.seed = 2, .prefetch = depth});
+    const auto expected = firsts_from(d, {0, 0});
+    std::vector<std::int32_t> got;
+    std::size_t delivered = 0;
+    bool failed = false;
+    try {
+      d.for_each_batch(0, [&](auto& bt) {
+        const auto x = bt.x.to_host();
+        for (std::size_t r = 0; r < bt.real; ++r) got.push_back(x(r, 0));
+        if (++delivered == 2) dev.set_hbm_bytes(8);  // no room for the next batches
+      });
+    } catch (const xtpu::out_of_memory& e) {
+      failed = true;
+      EXPECT_TRUE(has(e.what(), "v5e:7")) << e.what();
+    }
+    dev.set_hbm_bytes(hbm);
+    EXPECT_TRUE(failed) << "depth " << depth;
+    // batches made before the limit may have been delivered; the pass goes on from the next one
+    for (std::int32_t f : firsts_from(d, {0, delivered})) got.push_back(f);
+    EXPECT_EQ(got, expected) << "depth " << depth;
+  }
 }
 
 // ---- the loader ----------------------------------------------------------------------------

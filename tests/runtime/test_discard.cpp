@@ -107,6 +107,7 @@ TEST_F(Discard, ATensorAssignedATensorSharesItsFate) {
   EXPECT_EQ(host(b)[0], 1.0);
   EXPECT_FALSE(made.pending()) << "a dropped value waits for nothing";
   EXPECT_THROW((void)host(made), xtpu::sync_error);
+  EXPECT_THROW((void)made.to(xtpu::device("v5e", 1)), xtpu::sync_error) << "nor is it copied to another device";
 }
 
 TEST_F(Discard, FallbackGivesBackWhatItsMicroBatchesRan) {

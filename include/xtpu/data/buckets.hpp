@@ -13,16 +13,24 @@
 //     `ignore` — cross_entropy's ignore_index, -100 by default — so a padded position adds
 //     nothing to the loss). for_each_batch(epoch, f) calls f(b) for every batch of the epoch,
 //     b a sequence_batch<Batch, L>: x, y (tensor<int32_t, Batch, L>) and mask
-//     (tensor<float, Batch, L>: 1 at real positions) on the current device, `real` (rows that
-//     are sequences: a bucket's last batch is filled with rows of padding) and `length`. Each
-//     bucket's sequences are shuffled, cut into batches, and the epoch's batches shuffled
-//     across buckets — by splitmix64 of (seed, epoch), the loader's rule: the same order on
-//     every machine.
+//     (tensor<float, Batch, L>: 1 at real positions) on the device current when the set was
+//     made, `real` (rows that are sequences: a bucket's last batch is filled with rows of
+//     padding), `index` (its number in this rank's epoch) and `length`; f returning false ends
+//     the pass. for_each_batch(position, f) starts at a saved position; both return where the
+//     next batch comes from (a loader_position, for checkpoints).
+// Order: each bucket's sequences are shuffled and cut into batches, and the epoch's batches
+// shuffled across buckets, by splitmix64 of (seed, epoch) — the loader's rule: the same order on
+// every machine; rank r of `world` takes positions r, r + world, ... of it (the same number of
+// batches on every rank).
+// Prefetch: with prefetch = k > 0 a background thread makes the next k batches (the loader's
+// rule: data::detail::prefetcher, LoaderWaitTime, trace spans) while the caller's step runs.
 // Shape rule: a sequence of n tokens fits when 2 <= n and n - 1 <= the last L.
 // Errors: E505 (lengths not positive and strictly increasing); shape_error — bucket_of(n) past
 // the last length, visit_index / bucket_size of no bucket, a sequence longer than the last
 // bucket allows (its index, its length and the bucket lengths) or shorter than 2 tokens, no
-// sequences at all.
+// sequences at all, fewer batches than ranks; config_error — rank >= world, a position from a
+// set whose order differs or past the epoch's last batch; an exception while a batch is made
+// (out_of_memory) reaches the caller at that batch.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +40,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "xtpu/data/loader.hpp"
@@ -102,6 +111,7 @@ struct sequence_batch {
   tensor<std::int32_t, Batch, L> y;
   tensor<float, Batch, L> mask;
   std::size_t real = Batch;
+  std::size_t index = 0;  // its number in this rank's epoch
 };
 
 /// How sequence_buckets orders and pads (the loader's options' names where they mean the same).
@@ -110,6 +120,9 @@ struct bucket_options {
   std::uint64_t seed = 0;
   std::int32_t pad = 0;        // x's padding token
   std::int32_t ignore = -100;  // y's padding: cross_entropy's default ignore_index
+  std::size_t prefetch = 2;    // batches made ahead on a background thread; 0: on the caller's
+  std::size_t rank = 0;        // this process's shard of the batches, of `world`
+  std::size_t world = 1;
 };
 
 template <std::size_t Batch, class Buckets>
@@ -120,9 +133,11 @@ class sequence_buckets<Batch, buckets<L...>> {
  public:
   using buckets_type = buckets<L...>;
 
-  /// Groups `sequences` by bucket (each kept by value); shape_error for what does not fit.
+  /// Groups `sequences` by bucket (each kept by value), for batches on this thread's current
+  /// device; shape_error for what does not fit, config_error for rank >= world.
   explicit sequence_buckets(std::vector<std::vector<std::int32_t>> sequences, bucket_options o = {})
-      : seqs_(std::move(sequences)), opt_(o) {
+      : seqs_(std::move(sequences)), opt_(o), device_(xtpu::device::current()) {
+    detail::check_shard("sequence_buckets", o.rank, o.world);
     if (seqs_.empty()) throw shape_error("xtpu: sequence_buckets: no sequences");
     for (std::size_t i = 0; i < seqs_.size(); ++i) {
       const std::size_t n = seqs_[i].size();
@@ -137,49 +152,92 @@ class sequence_buckets<Batch, buckets<L...>> {
       }
       members_[buckets_type::bucket_of(n - 1)].push_back(i);
     }
+    for (const auto& m : members_) all_batches_ += (m.size() + Batch - 1) / Batch;
+    if (all_batches_ < o.world) {
+      throw shape_error("xtpu: sequence_buckets: " + std::to_string(all_batches_) + " batches of " + std::to_string(Batch) +
+                        " for " + std::to_string(o.world) + " ranks: a rank would have none (use a smaller batch)");
+    }
   }
 
   std::size_t size() const noexcept { return seqs_.size(); }
-  /// Sequences in bucket k, and its batches per epoch (the last one padded with empty rows).
+  const bucket_options& options() const noexcept { return opt_; }
+  /// Sequences in bucket k (of every rank).
   std::size_t bucket_size(std::size_t k) const {
     buckets_type::check_index(k);
     return members_[k].size();
   }
-  std::size_t batches_per_epoch() const noexcept {
-    std::size_t b = 0;
-    for (const auto& m : members_) b += (m.size() + Batch - 1) / Batch;
-    return b;
+  /// Batches this rank takes in one epoch (a bucket's last batch padded with empty rows).
+  std::size_t batches_per_epoch() const noexcept { return all_batches_ / opt_.world; }
+  /// What fixes the order of its batches: "412 sequences in buckets (32, 64), batch 16, seed 0,
+  /// shuffled, shard 0 of 1".
+  std::string describe() const {
+    return std::to_string(seqs_.size()) + " sequences in buckets " + buckets_type::text() + ", batch " +
+           std::to_string(Batch) + ", seed " + std::to_string(opt_.seed) + (opt_.shuffle ? ", shuffled" : ", in order") +
+           ", shard " + std::to_string(opt_.rank) + " of " + std::to_string(opt_.world);
   }
 
-  /// f(sequence_batch<Batch, Lk>&) for every batch of epoch `epoch`, in its seeded order.
+  /// f(b) (b a sequence_batch<Batch, Lk>&) for this rank's batches of epoch `epoch`, in its
+  /// seeded order, until f returns false (f may return nothing); where the next batch comes from.
   template <class F>
-  void for_each_batch(std::uint64_t epoch, F&& f) const {
-    struct planned {
-      std::size_t bucket;
-      std::vector<std::size_t> rows;
-    };
-    std::vector<planned> plan;
+  loader_position for_each_batch(std::uint64_t epoch, F&& f) const {
+    return for_each_batch(loader_position{epoch, 0, {}}, std::forward<F>(f));
+  }
+  /// The same from batch `from.batch` of epoch `from.epoch` (a position it returned, saved with a
+  /// checkpoint); config_error if `from` comes from a set whose order differs.
+  template <class F>
+  loader_position for_each_batch(const loader_position& from, F&& f) const {
+    detail::check_position("sequence_buckets", from, describe(), batches_per_epoch());
+    const std::vector<planned> plan = plan_of(from.epoch);
+    detail::prefetcher<any_batch> ahead(opt_.prefetch);  // after plan: stopped before plan goes
+    ahead.start(from.batch, plan.size(), [&](std::size_t b) {
+      xtpu::device_scope on(device_);
+      return buckets_type::visit_index(plan[b].bucket, [&](auto length) {
+        return any_batch(make_batch<decltype(length)::value>(plan[b].rows, b));
+      });
+    });
+    for (std::size_t b = from.batch; b < plan.size(); ++b) {
+      any_batch next = ahead.next(b);
+      const bool go_on = std::visit(
+          [&](auto& batch) {
+            if constexpr (std::is_void_v<decltype(f(batch))>) {
+              f(batch);
+              return true;
+            } else {
+              return static_cast<bool>(f(batch));
+            }
+          },
+          next);
+      if (!go_on) return b + 1 < plan.size() ? loader_position{from.epoch, b + 1, describe()}
+                                             : loader_position{from.epoch + 1, 0, describe()};
+    }
+    return loader_position{from.epoch + 1, 0, describe()};
+  }
+
+ private:
+  using any_batch = std::variant<sequence_batch<Batch, L>...>;
+  struct planned {
+    std::size_t bucket;
+    std::vector<std::size_t> rows;
+  };
+  /// This rank's batches of epoch `epoch`, in order.
+  std::vector<planned> plan_of(std::uint64_t epoch) const {
+    std::vector<planned> all;
     for (std::size_t k = 0; k < buckets_type::count; ++k) {
       const auto& m = members_[k];
       const auto order = detail::epoch_order(m.size(), opt_.shuffle, opt_.seed ^ (0x9E3779B97F4A7C15ull * (k + 1)), epoch);
       for (std::size_t b0 = 0; b0 < m.size(); b0 += Batch) {
         planned p{k, {}};
         for (std::size_t j = b0; j < std::min(m.size(), b0 + Batch); ++j) p.rows.push_back(m[order[j]]);
-        plan.push_back(std::move(p));
+        all.push_back(std::move(p));
       }
     }
-    const auto batch_order = detail::epoch_order(plan.size(), opt_.shuffle, opt_.seed, epoch);
-    for (const std::size_t p : batch_order) {
-      buckets_type::visit_index(plan[p].bucket, [&](auto length) {
-        auto b = make_batch<decltype(length)::value>(plan[p].rows);
-        f(b);
-      });
-    }
+    const auto batch_order = detail::epoch_order(all.size(), opt_.shuffle, opt_.seed, epoch);
+    std::vector<planned> mine(batches_per_epoch());
+    for (std::size_t b = 0; b < mine.size(); ++b) mine[b] = std::move(all[batch_order[opt_.rank + b * opt_.world]]);
+    return mine;
   }
-
- private:
   template <std::size_t Len>
-  sequence_batch<Batch, Len> make_batch(const std::vector<std::size_t>& rows) const {
+  sequence_batch<Batch, Len> make_batch(const std::vector<std::size_t>& rows, std::size_t index) const {
     std::vector<std::int32_t> x(Batch * Len, opt_.pad), y(Batch * Len, opt_.ignore);
     std::vector<float> mask(Batch * Len, 0.0f);
     for (std::size_t r = 0; r < rows.size(); ++r) {
@@ -191,12 +249,14 @@ class sequence_buckets<Batch, buckets<L...>> {
       }
     }
     return {from_host<std::int32_t, Batch, Len>(x.data(), x.size()), from_host<std::int32_t, Batch, Len>(y.data(), y.size()),
-            from_host<float, Batch, Len>(mask.data(), mask.size()), rows.size()};
+            from_host<float, Batch, Len>(mask.data(), mask.size()), rows.size(), index};
   }
 
   std::vector<std::vector<std::int32_t>> seqs_;
   bucket_options opt_;
+  xtpu::device device_;
   std::array<std::vector<std::size_t>, buckets_type::count> members_{};
+  std::size_t all_batches_ = 0;  // of every rank
 };
 
 }  // namespace data

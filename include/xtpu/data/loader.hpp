@@ -28,6 +28,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <numeric>
@@ -118,6 +119,123 @@ inline std::vector<std::size_t> epoch_order(std::size_t n, bool shuffle, std::ui
   }
   return order;
 }
+
+/// config_error unless rank < world (and so world >= 1); `who` names the loader in the message.
+inline void check_shard(const char* who, std::size_t rank, std::size_t world) {
+  if (world == 0 || rank >= world) {
+    throw config_error(std::string("xtpu: ") + who + ": rank " + std::to_string(rank) + " of world " +
+                       std::to_string(world) + ": expected world >= 1 and rank in [0, world)");
+  }
+}
+/// config_error unless a pass can start at p: batch p.batch of an epoch of `batches`, and p made
+/// by a loader whose order (its describe()) is `order` — an empty p.order is not checked.
+inline void check_position(const char* who, const loader_position& p, const std::string& order, std::size_t batches) {
+  if (!p.order.empty() && p.order != order) {
+    throw config_error(std::string("xtpu: ") + who + ": the position (epoch " + std::to_string(p.epoch) + ", batch " +
+                       std::to_string(p.batch) + ") comes from a loader of " + p.order + "; this one is " + order +
+                       ", so its batches differ");
+  }
+  if (p.batch >= batches) {
+    throw config_error(std::string("xtpu: ") + who + ": batch " + std::to_string(p.batch) + " of an epoch of " +
+                       std::to_string(batches) + " batches");
+  }
+}
+
+/// Items made ahead on a background thread: start(from, n, make) makes items from..n-1 with
+/// make(i), at most `depth` ahead of the caller (depth 0: on the caller's thread, when next()
+/// asks). next(i) returns item i — i counts up from `from` — or rethrows what making it threw
+/// (the thread stops there). The caller's waits are LoaderWaitTime; each item made ahead is a
+/// "loader" span in a trace. The one prefetch rule of xtpu::data (loader, sequence_buckets).
+template <class Item>
+class prefetcher {
+ public:
+  explicit prefetcher(std::size_t depth) noexcept : depth_(depth) {}
+  prefetcher(const prefetcher&) = delete;
+  prefetcher& operator=(const prefetcher&) = delete;
+  ~prefetcher() { stop(); }
+
+  /// Stops what runs, then makes from..n-1 (make is kept until the next start).
+  void start(std::size_t from, std::size_t n, std::function<Item(std::size_t)> make) {
+    stop();
+    make_ = std::move(make);
+    if (depth_ > 0) worker_ = std::thread([this, from, n] { produce(from, n); });
+  }
+  Item next(std::size_t i) {
+    static auto& waited = metrics::detail::registry::instance().metric("LoaderWaitTime");
+    const auto t0 = std::chrono::steady_clock::now();
+    trace::detail::span traced("loader", depth_ == 0 ? "loader: make batch" : "loader: wait for batch", 0);
+    slot s;
+    if (depth_ == 0) {
+      try {
+        s.item.emplace(make_(i));
+      } catch (...) {
+        s.err = std::current_exception();
+      }
+    } else {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty(); });
+      s = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      cv_.notify_all();
+    }
+    waited.add_sample(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+    if (s.err) {
+      stop();
+      std::rethrow_exception(s.err);
+    }
+    return std::move(*s.item);
+  }
+  /// Ends the background thread; what it made and was not taken is dropped.
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    queue_.clear();
+    stop_ = false;
+  }
+
+ private:
+  struct slot {
+    std::optional<Item> item;
+    std::exception_ptr err;
+  };
+  void produce(std::size_t from, std::size_t n) {
+    for (std::size_t i = from; i < n; ++i) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || queue_.size() < depth_; });
+        if (stop_) return;
+      }
+      slot s;
+      try {
+        trace::detail::span traced("loader", "loader: prefetch batch", 0);
+        if (traced.active()) traced.add_args("\"batch\": " + std::to_string(i));
+        s.item.emplace(make_(i));
+      } catch (...) {
+        s.err = std::current_exception();
+      }
+      const bool failed = s.err != nullptr;
+      {
+        std::lock_guard lock(mu_);
+        queue_.push_back(std::move(s));
+      }
+      cv_.notify_all();
+      if (failed) return;
+    }
+  }
+
+  std::size_t depth_;
+  std::function<Item(std::size_t)> make_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<slot> queue_;
+  bool stop_ = false;
+  std::thread worker_;
+};
 }  // namespace detail
 
 template <std::size_t Batch, class Dataset>
@@ -136,10 +254,7 @@ class loader {
   /// Batches of `d` (kept by reference: it must outlive the loader) on this thread's current
   /// device. config_error for rank >= world or world = 0; shape_error if the shard has no batch.
   explicit loader(const Dataset& d, loader_options o = {}) : data_(d), opt_(o), device_(xtpu::device::current()) {
-    if (o.world == 0 || o.rank >= o.world) {
-      throw config_error("xtpu: loader: rank " + std::to_string(o.rank) + " of world " + std::to_string(o.world) +
-                         ": expected world >= 1 and rank in [0, world)");
-    }
+    detail::check_shard("loader", o.rank, o.world);
     shard_ = d.size() / o.world;
     batches_ = o.last == last_batch::pad ? (shard_ + Batch - 1) / Batch : shard_ / Batch;
     if (batches_ == 0) {
@@ -168,10 +283,7 @@ class loader {
   /// first_batch < batches_per_epoch()). Called inside a pass, it ends that pass: the loop
   /// stops at its next step, and the next one starts here.
   loader& epoch(std::uint64_t e, std::size_t first_batch = 0) {
-    if (first_batch >= batches_) {
-      throw config_error("xtpu: loader: batch " + std::to_string(first_batch) + " of an epoch of " +
-                         std::to_string(batches_) + " batches");
-    }
+    detail::check_position("loader", {e, first_batch, {}}, {}, batches_);
     stop();
     pos_ = {e, first_batch, {}};
     repositioned_ = true;
@@ -180,11 +292,7 @@ class loader {
   /// The next iteration starts at p (a saved position()); config_error if p was made by a
   /// loader whose order differs (another dataset size, batch, seed, shuffle, shard or last batch).
   loader& resume(const loader_position& p) {
-    if (!p.order.empty() && p.order != describe()) {
-      throw config_error("xtpu: loader: the position (epoch " + std::to_string(p.epoch) + ", batch " +
-                         std::to_string(p.batch) + ") comes from a loader of " + p.order + "; this one is " +
-                         describe() + ", so its batches differ");
-    }
+    detail::check_position("loader", p, describe(), batches_);
     return epoch(p.epoch, p.batch);
   }
   /// What fixes the order of its batches: "60000 samples, batch 128, seed 0, shuffled, shard 0
@@ -229,18 +337,13 @@ class loader {
     if (pos_.batch >= batches_) pos_ = {pos_.epoch + 1, 0};
     order_ = order(pos_.epoch);
     next_ = pos_.batch;
-    if (opt_.prefetch > 0) worker_ = std::thread([this, from = next_] { produce(from); });
+    ahead_.start(next_, batches_, [this](std::size_t b) { return make(b); });
     advance();
     return iterator(this);
   }
   std::default_sentinel_t end() const noexcept { return {}; }
 
  private:
-  struct slot {
-    std::optional<batch_type> b;
-    std::exception_ptr err;
-  };
-
   /// Batch b of the current epoch, copied to the device.
   batch_type make(std::size_t b) {
     const std::size_t first = b * Batch, real = std::min(Batch, shard_ - first);
@@ -261,32 +364,6 @@ class loader {
         static_cast<const Tensor*>(nullptr));
   }
 
-  /// The background thread: batches from..batches_ - 1, at most prefetch ahead of the caller.
-  void produce(std::size_t from) {
-    for (std::size_t b = from; b < batches_; ++b) {
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || queue_.size() < opt_.prefetch; });
-        if (stop_) return;
-      }
-      slot s;
-      try {
-        trace::detail::span traced("loader", "loader: prefetch batch", 0);
-        if (traced.active()) traced.add_args("\"batch\": " + std::to_string(b));
-        s.b.emplace(make(b));
-      } catch (...) {
-        s.err = std::current_exception();
-      }
-      const bool failed = s.err != nullptr;
-      {
-        std::lock_guard lock(mu_);
-        queue_.push_back(std::move(s));
-      }
-      cv_.notify_all();
-      if (failed) return;
-    }
-  }
-
   /// The caller's next batch (or the end of the epoch); an error surfaces here, with pos_ on it.
   void advance() {
     current_.reset();
@@ -296,44 +373,12 @@ class loader {
       pos_ = {pos_.epoch + 1, 0};
       return;
     }
-    static auto& waited = metrics::detail::registry::instance().metric("LoaderWaitTime");
-    const auto t0 = std::chrono::steady_clock::now();
-    trace::detail::span traced("loader", opt_.prefetch == 0 ? "loader: make batch" : "loader: wait for batch", 0);
-    slot s;
-    if (opt_.prefetch == 0) {
-      try {
-        s.b.emplace(make(next_));
-      } catch (...) {
-        s.err = std::current_exception();
-      }
-    } else {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty(); });
-      s = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      cv_.notify_all();
-    }
-    waited.add_sample(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
-    pos_.batch = next_;
-    if (s.err) {
-      stop();
-      std::rethrow_exception(s.err);
-    }
-    current_ = std::move(s.b);
+    pos_.batch = next_;  // an error surfaces here, with position() on the batch that failed
+    current_.emplace(ahead_.next(next_));
     pos_.batch = ++next_;
   }
 
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (worker_.joinable()) worker_.join();
-    queue_.clear();
-    stop_ = false;
-  }
+  void stop() { ahead_.stop(); }
 
   const Dataset& data_;
   loader_options opt_;
@@ -346,11 +391,7 @@ class loader {
   bool repositioned_ = false;       // epoch()/resume() since begin(): the pass ends
   std::vector<xt_t> stage_x_;  // host staging, used by the one thread that makes batches
   std::vector<yt_t> stage_y_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<slot> queue_;
-  bool stop_ = false;
-  std::thread worker_;
+  detail::prefetcher<batch_type> ahead_{opt_.prefetch};  // last: its thread stops before the staging goes
 };
 
 }  // namespace xtpu::data

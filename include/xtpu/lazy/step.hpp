@@ -28,6 +28,7 @@
 // (settings::check_environment, run by the first step or tensor).
 #pragma once
 
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cstdint>
@@ -89,12 +90,16 @@ inline constexpr char abandoned_marker = 0, discarded_marker = 0;
 inline const void* const abandoned = &abandoned_marker;
 inline const void* const discarded = &discarded_marker;
 
-/// Whether s holds a value or will get one (null, abandoned and discarded values will not).
-inline bool has_value(const std::shared_ptr<storage>& s) noexcept {
-  if (!s) return false;
-  const void* o = s->owner.load(std::memory_order_acquire);
-  return o != abandoned && o != discarded;
+/// What a storage's owner says of its value: it has it, a step will compute it, or it never
+/// gets one (abandoned, discarded). The one reading of the owner markers.
+enum class value_state { ready, pending, none };
+inline value_state state_of(const storage& s) noexcept {
+  const void* o = s.owner.load(std::memory_order_acquire);
+  if (o == nullptr) return value_state::ready;
+  return o == abandoned || o == discarded ? value_state::none : value_state::pending;
 }
+/// Whether s holds a value or will get one (null, abandoned and discarded values will not).
+inline bool has_value(const std::shared_ptr<storage>& s) noexcept { return s && state_of(*s) != value_state::none; }
 
 inline void throw_not_readable(const void* owner) {
   if (owner == abandoned)
@@ -365,22 +370,25 @@ class step {
       device_buffer copy;             // empty: `to` takes from's buffer
     };
     std::vector<restore> restores;
-    std::unordered_map<const storage*, long> wanted;  // per replaced value: the results that get it
+    struct replaced {
+      long wanted = 0;     // the results that get it
+      bool taken = false;  // its buffer went to one of them
+    };
+    std::unordered_map<const storage*, replaced> values;
     for (const auto& o : outs) {
       if (!o || o.use_count() <= internal[o.get()]) continue;  // only the step holds it: no one reads it
       std::shared_ptr<storage> r = o->previous;
       while (r && r->owner.load(std::memory_order_acquire) == this) r = r->previous;
       if (!r || r->owner.load(std::memory_order_acquire) != nullptr || !r->buffer) continue;
-      ++wanted[r.get()];
+      ++values[r.get()].wanted;
       restores.push_back(restore{o.get(), std::move(r), {}});
     }
     // a replaced value no one else holds goes to its first result; every other one gets a copy
-    std::unordered_map<const storage*, bool> taken;
     for (auto& re : restores) {
-      const storage* r = re.from.get();
-      const bool held = re.from.use_count() > internal[r] + wanted[r];
-      if (!held && !taken[r]) {
-        taken[r] = true;
+      replaced& v = values[re.from.get()];
+      const bool held = re.from.use_count() > internal[re.from.get()] + v.wanted;
+      if (!held && !v.taken) {
+        v.taken = true;
         continue;
       }
       re.copy = device_buffer(*re.from->dev, re.from->buffer.bytes(), "value restored by discard_step",
@@ -894,23 +902,35 @@ class thread_steps {
   void discard() {
     for (auto& s : steps_) s->discard();
     for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) (*it)();
-    undo_.clear();
+    clear_undo();
   }
   /// undo() runs if the pending work is discarded (it checks that what it restores still lives).
   void on_discard(std::function<void()> undo) { undo_.push_back(std::move(undo)); }
+  /// Names the undo list until it is next cleared, unique across threads: a value kept once in
+  /// it needs no second snapshot (undone latest first, the first snapshot is what stays).
+  std::uint64_t undo_list() const noexcept { return undo_list_; }
   /// Once nothing is pending, nothing is left to undo — unless held: batch_fallback keeps what
   /// its micro-batches' steps changed undoable until the whole step is done.
   void settle() noexcept {
     if (undo_.empty() || holds_ != 0) return;
     for (const auto& s : steps_)
       if (s->size() != 0) return;
-    undo_.clear();
+    clear_undo();
   }
 
  private:
   std::vector<std::unique_ptr<step>> steps_;
   step* last_ = nullptr;
   std::vector<std::function<void()>> undo_;
+  std::uint64_t undo_list_ = next_list();
+  static std::uint64_t next_list() noexcept {
+    static std::atomic<std::uint64_t> n{1};
+    return n.fetch_add(1, std::memory_order_relaxed);
+  }
+  void clear_undo() noexcept {
+    undo_.clear();
+    undo_list_ = next_list();
+  }
 
  public:
   void hold() noexcept { ++holds_; }
@@ -964,13 +984,13 @@ inline std::size_t thread_pending() {
 }
 
 /// A value of the host that belongs to the pending work, as an optimizer's step counts do:
-/// keep_for_discard() before changing it, and xtpu::discard_step() gives that value back.
-/// Copies (and moves) copy the value.
+/// keep_for_discard() before changing it, and xtpu::discard_step() gives that value back (one
+/// snapshot per pending step: the value before it). Copies (and moves) copy the value.
 template <class T>
 class undoable {
  public:
   explicit undoable(T v) : cell_(std::make_shared<T>(std::move(v))) {}
-  undoable(const undoable& o) : cell_(std::make_shared<T>(*o.cell_)) {}
+  undoable(const undoable& o) : cell_(std::make_shared<T>(*o.cell_)) {}  // kept in no list
   undoable& operator=(const undoable& o) {
     *cell_ = *o.cell_;
     return *this;
@@ -981,13 +1001,17 @@ class undoable {
   T* operator->() noexcept { return cell_.get(); }
   const T* operator->() const noexcept { return cell_.get(); }
   void keep_for_discard() {
-    thread_steps::get().on_discard([weak = std::weak_ptr<T>(cell_), before = *cell_] {
+    auto& t = thread_steps::get();
+    if (kept_in_ == t.undo_list()) return;  // the value before the step is kept already
+    t.on_discard([weak = std::weak_ptr<T>(cell_), before = *cell_] {
       if (const auto c = weak.lock()) *c = before;
     });
+    kept_in_ = t.undo_list();
   }
 
  private:
   std::shared_ptr<T> cell_;
+  std::uint64_t kept_in_ = 0;  // the undo list holding its snapshot (thread_steps::undo_list)
 };
 
 inline step& step::of(chip& c) { return thread_steps::get().of(c); }

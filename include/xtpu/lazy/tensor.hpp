@@ -217,11 +217,9 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   }
 
   const std::shared_ptr<detail::storage>& storage_ptr() const noexcept { return storage_; }
-  /// True while the value waits for mark_step() (not for a value discard_step() dropped).
-  bool pending() const noexcept {
-    const void* o = storage_->owner.load();
-    return o != nullptr && o != detail::discarded;
-  }
+  /// True while the value waits for mark_step() (not for one that never comes: a value
+  /// discard_step() dropped, or one recorded by a thread that ended without mark_step()).
+  bool pending() const noexcept { return detail::state_of(*storage_) == detail::value_state::pending; }
 
   /// The device the value lives on (where it was made, or where the operands of the
   /// expression that computes it live).
@@ -231,7 +229,7 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   /// computed first: a sync point). out_of_memory on d leaves this tensor as it was.
   tensor to(const xtpu::device& d, xtpu::source_location where = xtpu::source_location::current()) const {
     if (&d.chip() == storage_->dev) return *this;
-    if (pending()) detail::sync(*storage_, where);
+    if (detail::state_of(*storage_) != detail::value_state::ready) detail::sync(*storage_, where);  // or sync_error
     tensor out(d, storage_->buffer.data(), detail::counters::get().between_devices);
     return out;
   }
