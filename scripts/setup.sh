@@ -8,6 +8,7 @@ packages=(
   libxtensor-dev libxsimd-dev libboost-dev zlib1g-dev  # the library's own dependencies
   nlohmann-json3-dev                                # checkpoints' safetensors headers
   libcli11-dev dataset-fashion-mnist                # the examples' command lines; the demo's data
+  python-matplotlib-data                            # examples/csv_trends.cpp's table (a CSV file)
   python3                                           # the checkpoint test's independent safetensors peer
   libgtest-dev libbenchmark-dev                     # tests and benchmarks
   libdnnl-dev libopenblas-dev libeigen3-dev          # the peers benchmarks/bench_matmul runs next to xtpu

@@ -10,6 +10,7 @@
 
 #include "xtpu/config.hpp"
 #include "xtpu/data/buckets.hpp"
+#include "xtpu/data/csv.hpp"
 #include "xtpu/data/dataset.hpp"
 #include "xtpu/data/idx.hpp"
 #include "xtpu/data/loader.hpp"

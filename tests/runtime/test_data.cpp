@@ -1,5 +1,5 @@
 // The data layer: IDX files (plain and gzip, written here byte by byte from the published
-// format, not by the reader's own code), their errors with file and offset, datasets, and the
+// format, not by the reader's own code), their errors with file and offset, CSV files, datasets, and the
 // loader and sequence buckets — every sample once per epoch, a fixed seeded order, shards, a
 // padded last batch, prefetching on a thread with the same batches as without, resuming from a
 // position, an out_of_memory during a transfer that loses nothing; Fashion-MNIST from Debian's
@@ -8,6 +8,7 @@
 #include "reference.hpp"
 
 #include <gtest/gtest.h>
+#include <xtensor/xview.hpp>
 #include <zlib.h>
 
 
@@ -785,6 +786,76 @@ TEST(Loader, AnOutOfMemoryTransferReachesTheCallerAndTheBatchIsRetried) {
     for (auto& v : labels_of_pass(l)) got.push_back(v);
     EXPECT_EQ(got, expected) << "depth " << depth;
   }
+}
+
+// ---- CSV files --------------------------------------------------------------------------------
+
+namespace {
+std::vector<unsigned char> text_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string write_text(const std::string& name, const std::string& text) { return write_plain(name, text_bytes(text)); }
+}  // namespace
+
+TEST(Csv, AHeaderAndRowsOfNumbersAsAnXtensorArray) {
+  // CRLF, a comment, a blank line, quoted cells, spaces around cells, +, exponents, nan
+  const std::string text =
+      "# measured 2026-11-26\r\nyear,\"share, %\",\"a \"\"b\"\"\"\r\n\r\n1970, 4.25 ,+1e2\r\n1971,\"5.5\",nan\r\n";
+  for (const auto& path : {write_text("t.csv", text), write_gzip("t.csv.gz", text_bytes(text))}) {
+    const auto t = xtpu::data::read_csv<float>(path);
+    EXPECT_EQ(t.names, (std::vector<std::string>{"year", "share, %", "a \"b\""}));
+    ASSERT_EQ(t.values.shape(0), 2u);
+    ASSERT_EQ(t.values.shape(1), 3u);
+    EXPECT_EQ(t.values(0, 0), 1970.0f);
+    EXPECT_EQ(t.values(0, 1), 4.25f);
+    EXPECT_EQ(t.values(0, 2), 100.0f);
+    EXPECT_EQ(t.values(1, 1), 5.5f);
+    EXPECT_TRUE(std::isnan(t.values(1, 2)));
+    EXPECT_EQ(t.column("share, %"), 1u);
+  }
+  // no header, another delimiter, int32; values exactly as written (from_chars: correctly rounded)
+  const auto i = xtpu::data::read_csv<std::int32_t>(write_text("i.csv", "1;-2;2147483647\n3;4;5"),
+                                                    {.delimiter = ';', .header = false});
+  EXPECT_TRUE(i.names.empty());
+  EXPECT_EQ(i.values, (xt::xtensor<std::int32_t, 2>{{1, -2, 2147483647}, {3, 4, 5}}));
+  const auto d = xtpu::data::read_csv<double>(write_text("d.csv", "x\n0.1\n"));
+  EXPECT_EQ(d.values(0, 0), 0.1);
+  // a column of a table, into a dataset
+  const auto table = xtpu::data::read_csv<float>(write_text("ds.csv", "a,b,y\n1,2,3\n4,5,6\n"));
+  const auto ds = xtpu::data::dataset<xtpu::tensor<float, 2>, xtpu::tensor<float>>::from_xtensor(
+      xt::view(table.values, xt::all(), xt::range(0, 2)), xt::view(table.values, xt::all(), table.column("y")));
+  EXPECT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds.x(1)[1], 5.0f);
+  EXPECT_EQ(ds.y(1)[0], 6.0f);
+}
+
+TEST(Csv, EveryBadCellNamesTheFileLineColumnAndOffset) {
+  const auto message = [](const std::string& name, const std::string& text) {
+    const std::string path = write_text(name, text);
+    const std::string m = error_message<xtpu::data_error>([&] { (void)xtpu::data::read_csv<float>(path); });
+    EXPECT_TRUE(has(m, path)) << m;
+    return m;
+  };
+  std::string m = message("bad1.csv", "a,b\n1,2\n3,1.5kg\n");
+  EXPECT_TRUE(has(m, "line 3, column 2 (offset 10): \"1.5kg\" is not a float")) << m;
+  m = message("bad2.csv", "a,b\n1,2\n3\n");
+  EXPECT_TRUE(has(m, "line 3 (offset 8) has 1 cells; the header has 2")) << m;
+  m = message("bad3.csv", "a,b\n1,\n");
+  EXPECT_TRUE(has(m, "line 2, column 2 (offset 6) is empty (csv_options::missing gives empty cells a value)")) << m;
+  m = message("bad4.csv", "a,b\n1,\"2\n");
+  EXPECT_TRUE(has(m, "a quote left open at the end of line 2")) << m;
+  m = message("bad5.csv", "a,b\n");
+  EXPECT_TRUE(has(m, "holds no rows of values")) << m;
+  m = message("bad6.csv", "a\n1e\n");
+  EXPECT_TRUE(has(m, "\"1e\" is not a float")) << m;
+  const std::string ints = write_text("bad7.csv", "n\n3000000000\n");
+  m = error_message<xtpu::data_error>([&] { (void)xtpu::data::read_csv<std::int32_t>(ints); });
+  EXPECT_TRUE(has(m, "\"3000000000\" is not a int32")) << m;  // out of range: not silently wrapped
+  m = error_message<xtpu::data_error>([] { (void)xtpu::data::read_csv<float>("/no/such/file.csv"); });
+  EXPECT_TRUE(has(m, "cannot open '/no/such/file.csv'")) << m;
+  // an empty cell with a value for it
+  const auto t = xtpu::data::read_csv<float>(write_text("gap.csv", "a,b\n1,\n"), {.missing = -1.0f});
+  EXPECT_EQ(t.values(0, 1), -1.0f);
+  m = error_message<xtpu::data_error>([&] { (void)t.column("c"); });
+  EXPECT_TRUE(has(m, "no column \"c\"; the columns are \"a\", \"b\"")) << m;
 }
 
 // ---- MNIST-format sets -------------------------------------------------------------------------
