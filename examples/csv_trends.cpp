@@ -93,14 +93,13 @@ int fit(const std::string& csv, int steps) {
     double first, last, per_decade;
   };
   std::vector<row> rows;
+  double tt = 0;  // sum t^2: every field's denominator
+  for (std::size_t i = 0; i < years; ++i) tt += static_cast<double>(t_host(i, 0)) * t_host(i, 0);
   for (std::size_t f = 0; f < fields; ++f) {
-    double mean_y = 0, tt = 0, ty = 0;
+    double mean_y = 0, ty = 0;
     for (std::size_t i = 0; i < years; ++i) mean_y += values(i, f);
     mean_y /= years;
-    for (std::size_t i = 0; i < years; ++i) {
-      tt += static_cast<double>(t_host(i, 0)) * t_host(i, 0);
-      ty += static_cast<double>(t_host(i, 0)) * (values(i, f) - mean_y);
-    }
+    for (std::size_t i = 0; i < years; ++i) ty += static_cast<double>(t_host(i, 0)) * (values(i, f) - mean_y);
     worst = std::max({worst, std::abs(slope(f) - ty / tt), std::abs(intercept(f) - mean_y)});
     rows.push_back({names[f], intercept(f) + slope(f) * t_host(0, 0), intercept(f) + slope(f) * t_host(years - 1, 0), slope(f)});
   }
