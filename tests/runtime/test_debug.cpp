@@ -53,6 +53,7 @@ class Debug : public ::testing::Test {
 };
 
 TEST_F(Debug, CompilationAnalysisHasTorchXlaLayout) {
+  const int recorded = __LINE__ + 1;
   f48 t = a + b;
   const int line = __LINE__ + 1;
   xtpu::mark_step();
@@ -63,7 +64,9 @@ TEST_F(Debug, CompilationAnalysisHasTorchXlaLayout) {
   const std::regex block(p + "={80}\n" + p + "Compilation Cause\n" + p + "  user mark_step\n" + p + "Graph Info:\n" + p +
                          "  Graph Hash: [0-9a-f]{32}\n" + p + "  Number of Graph Inputs: 2\n" + p +
                          "  Number of Graph Outputs: 1\n" + p + "C\\+\\+ Frame Triggered Execution:\n" + p +
-                         "  .*TestBody \\(.*test_debug\\.cpp:" + std::to_string(line) + "\\)\n" + p + "-{80}\n" + p +
+                         "  .*TestBody \\(.*test_debug\\.cpp:" + std::to_string(line) + "\\)\n" + p +
+                         "Statements Recorded At:\n" + p + "  statement 0: .*TestBody \\(.*test_debug\\.cpp:" +
+                         std::to_string(recorded) + "\\)\n" + p + "-{80}\n" + p +
                          "={80}\n");
   EXPECT_TRUE(std::regex_search(out, block)) << out;
   EXPECT_EQ(count(out, "Compilation Cause"), 1u) << out;
@@ -105,18 +108,26 @@ TEST_F(Debug, ASyncPointIsNamedWithItsCallerAndCounted) {
   (void)v;
 }
 
-TEST_F(Debug, ARecompileSaysWhichStatementDiffers) {
+/// "statement i at TestBody (.../test_debug.cpp:line)": how a difference names a statement.
+std::string at(int i, int line) {
+  return "statement " + std::to_string(i) + " at TestBody (" + std::string(__FILE__) + ":" + std::to_string(line) + ")";
+}
+
+TEST_F(Debug, ARecompileSaysWhichStatementDiffersAndWhereItWasWritten) {
   {
     f48 t = a + b;
     xtpu::mark_step();
   }
+  int line = 0;
   {
+    line = __LINE__ + 1;
     f48 t = a * b;  // another op
     xtpu::mark_step();
   }
   std::string out = output();
   EXPECT_TRUE(has(out, "Compilation Analysis: Differs from the closest cached graph ")) << out;
-  EXPECT_TRUE(has(out, "Compilation Analysis:   statement 0: mul -> f32[4,8], the cached graph add -> f32[4,8]\n")) << out;
+  EXPECT_TRUE(has(out, "Compilation Analysis:   " + at(0, line) + ": mul -> f32[4,8], the cached graph add -> f32[4,8]\n"))
+      << out;
   {
     f48 t = a + b;
     f48 u = t + a;  // reads statement 0's result where the next step reads an input
@@ -124,11 +135,12 @@ TEST_F(Debug, ARecompileSaysWhichStatementDiffers) {
   }
   {
     f48 t = a + b;
+    line = __LINE__ + 1;
     f48 u = a + a;
     xtpu::mark_step();
   }
   out = output();
-  EXPECT_TRUE(has(out, "statement 1 (add -> f32[4,8]) reads input 0 (a tensor from outside the step) as operand 0, "
+  EXPECT_TRUE(has(out, at(1, line) + " (add -> f32[4,8]) reads input 0 (a tensor from outside the step) as operand 0, "
                        "the cached graph the result of statement 0")) << out;
   {
     f48 t = a + b;
@@ -136,13 +148,14 @@ TEST_F(Debug, ARecompileSaysWhichStatementDiffers) {
     xtpu::mark_step();
   }
   {
-    std::optional<f48> t(a + b);
+    line = __LINE__ + 1;
+    std::optional<f48> t(f48(a + b));  // converted here: `t(a + b)` would show <optional>'s line
     f48 u = a * b;
     t.reset();  // nothing holds statement 0's result at the step's end
     xtpu::mark_step();
   }
   out = output();
-  EXPECT_TRUE(has(out, "the result of statement 0 (add -> f32[4,8]) is dead (nothing outside the step holds it); in "
+  EXPECT_TRUE(has(out, "the result of " + at(0, line) + " (add -> f32[4,8]) is dead (nothing outside the step holds it); in "
                        "the cached graph it was kept")) << out;
   EXPECT_EQ(count(out, "Compilation Cause"), 6u) << out;
 }
@@ -155,10 +168,11 @@ TEST_F(Debug, NoRecompileAfterThrowsWithTheDifferenceAndLosesNothing) {
   }
   f48 same = a + b;  // cached: runs
   xtpu::mark_step();
+  const int line = __LINE__ + 1;
   f48 t = a * b;
   const std::string m = error_message<xtpu::compilation_error>([] { xtpu::mark_step(); });
   EXPECT_TRUE(has(m, "a step compiled after xtpu::no_recompile_after took effect (step 2, run by ")) << m;
-  EXPECT_TRUE(has(m, "statement 0: mul -> f32[4,8], the cached graph add -> f32[4,8]")) << m;
+  EXPECT_TRUE(has(m, at(0, line) + ": mul -> f32[4,8], the cached graph add -> f32[4,8]")) << m;
   EXPECT_TRUE(has(m, "xtpu::allow_recompiles()")) << m;
   EXPECT_TRUE(t.pending());
   // a read is a step like any other: it throws too, and the value is still there afterwards
@@ -181,7 +195,7 @@ TEST_F(Debug, CompileTimeTooFrequentAfterWarmUp) {
   }
   const std::string out = output();
   EXPECT_TRUE(has(out, "xtpu-profiler: CompileTime too frequent: 10 counts during 10 steps\n")) << out;
-  EXPECT_TRUE(has(out, "xtpu-profiler:   the latest compile: statement 0: ")) << out;
+  EXPECT_TRUE(has(out, "xtpu-profiler:   the latest compile: statement 0 at TestBody (")) << out;
   EXPECT_FALSE(has(out, "TransferFromDeviceTime too frequent")) << out;
 }
 

@@ -2,6 +2,7 @@
 // PyTorch-default initialisation, backward into p.grad() (summed over calls, frozen
 // parameters skipped), and SGD / Adam / AdamW trajectories against float64 references of
 // PyTorch's formulas; a training step compiles once whatever the learning rate.
+#include "files.hpp"
 #include "grad_check.hpp"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -171,6 +174,48 @@ TEST(Optim, ATrainingStepCompilesOnceOverAThousandStepsWithAChangingRate) {
   EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a step of the thousand recompiled";
   EXPECT_LT(last, 0.25f * first) << first << " -> " << last;  // and it learned (dropout keeps it above 0)
   EXPECT_GT(last, 0.0f);
+}
+
+TEST(Backward, ItsStatementsAndTheUpdatesShowTheLinesThatCalledThem) {
+  pair_model m;
+  m.w = device<float, 3>({1, 2, 3});
+  m.v = device<float, 2, 2>({1, 1, 1, 1});
+  xtpu::optim::sgd opt(m, {.lr = 0.1f});
+  const auto file = scratch("statement_lines.log");
+  std::filesystem::remove(file);
+  xtpu::mark_step();
+  xtpu::lazy::clear_plan_cache();  // the step compiles: its block is printed
+  xtpu::debug::set_file(file.string());
+  xtpu::debug::set_level(1);
+  const int forward = __LINE__ + 1;
+  tensor<float> loss = xtpu::sum(m.w * 2.0f) + xtpu::sum(m.v);
+  const int back = __LINE__ + 1;
+  xtpu::backward(loss);
+  const int update = __LINE__ + 1;
+  xtpu::optimizer_step(opt);
+  const int by_grad = __LINE__ + 1;
+  tensor<float> loss2 = xtpu::sum(m.w * m.w);
+  auto [gw] = xtpu::grad(loss2, m.w);
+  xtpu::mark_step();
+  xtpu::debug::set_level(0);
+  xtpu::debug::set_file("");
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string out = text.str();
+  auto line = [](int n) { return ": TestBody (" + std::string(__FILE__) + ":" + std::to_string(n) + ")\n"; };
+  EXPECT_TRUE(has(out, "Compilation Analysis:   statement 0" + line(forward))) << out;
+  EXPECT_TRUE(has(out, line(back))) << out;  // every gradient statement of backward
+  EXPECT_TRUE(has(out, line(update))) << out;  // the SGD update, recorded inside optimizer_step
+  // grad's statements show the loss's line: one run with it
+  EXPECT_TRUE(has(out, line(by_grad))) << out;
+  EXPECT_TRUE(has(out, "Compilation Analysis:   statements 0-")) << out;
+  EXPECT_FALSE(has(out, "optimizer.hpp:")) << out;
+  EXPECT_FALSE(has(out, "grad.hpp:")) << out;
+  EXPECT_FALSE(has(out, "(no source location)")) << out;
+  std::vector<double> twice = host(m.w);
+  for (double& x : twice) x *= 2;
+  EXPECT_EQ(host(gw), twice);
 }
 
 TEST(Backward, SkipsFrozenParametersAndNeedsOne) {

@@ -207,10 +207,9 @@ class sequence_buckets<Batch, buckets<L...>> {
             }
           },
           next);
-      if (!go_on) return b + 1 < plan.size() ? loader_position{from.epoch, b + 1, describe()}
-                                             : loader_position{from.epoch + 1, 0, describe()};
+      if (!go_on) return detail::position_at(from.epoch, b + 1, plan.size(), describe());
     }
-    return loader_position{from.epoch + 1, 0, describe()};
+    return detail::position_at(from.epoch, plan.size(), plan.size(), describe());
   }
 
  private:

@@ -19,6 +19,7 @@
 // listing the names.
 #pragma once
 
+#include <array>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>

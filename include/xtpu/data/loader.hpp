@@ -141,6 +141,12 @@ inline void check_position(const char* who, const loader_position& p, const std:
   }
 }
 
+/// Where a pass goes on when batch `next` of `epoch` (of `batches`) comes next: there, or once
+/// the epoch is done (next == batches) at the next epoch's first batch.
+inline loader_position position_at(std::uint64_t epoch, std::size_t next, std::size_t batches, std::string order) {
+  return next < batches ? loader_position{epoch, next, std::move(order)} : loader_position{epoch + 1, 0, std::move(order)};
+}
+
 /// Items made ahead on a background thread: start(from, n, make) makes items from..n-1 with
 /// make(i), at most `depth` ahead of the caller (depth 0: on the caller's thread, when next()
 /// asks). next(i) returns item i — i counts up from `from` — or rethrows what making it threw
@@ -276,8 +282,7 @@ class loader {
   /// Where the next batch comes from: the one after the batch the caller has now, or after a
   /// whole epoch the next epoch's first. Save it with a checkpoint; epoch(e, b) resumes there.
   loader_position position() const {
-    return pos_.batch < batches_ ? loader_position{pos_.epoch, pos_.batch, describe()}
-                                 : loader_position{pos_.epoch + 1, 0, describe()};
+    return detail::position_at(pos_.epoch, pos_.batch, batches_, describe());
   }
   /// The next iteration starts at batch `first_batch` of epoch `e` (config_error unless
   /// first_batch < batches_per_epoch()). Called inside a pass, it ends that pass: the loop

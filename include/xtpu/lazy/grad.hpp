@@ -341,6 +341,10 @@ template <class Loss, class... X>
 std::tuple<typename X::tensor_type...> grad(const Loss& loss, const X&... x) {
   static_assert((is_floating_v<typename X::value_type> && ...),
                 "xtpu E602 grad: gradients exist only for float and bf16 tensors");
+  const auto& ls = loss.storage_ptr();
+  detail::step& s = detail::step::of(*ls->dev);
+  const detail::site_scope site(ls->owner.load(std::memory_order_acquire) == &s ? s.statement_at(ls->producer).where
+                                                                               : xtpu::source_location{});
   detail::backward_state state = detail::backward_begin(loss, {x.storage_ptr().get()...});
   auto result = [&]<class T>(const T& t) {
     if (auto it = state.grads.find(t.storage_ptr().get()); it != state.grads.end())
@@ -353,10 +357,12 @@ std::tuple<typename X::tensor_type...> grad(const Loss& loss, const X&... x) {
 
 /// Adds the gradient of loss (one floating element, pending in this thread's step) to p.grad()
 /// of every nn::parameter the loss reads that requires it (torch's loss.backward()); recorded
-/// in the same step. xtpu::error if the loss reads no such parameter.
+/// in the same step; its statements show `where`'s line. xtpu::error if the loss reads no
+/// such parameter.
 template <class Loss>
   requires detail::tensor_like<Loss>
-void backward(const Loss& loss) {
+void backward(const Loss& loss, xtpu::source_location where = xtpu::source_location::current()) {
+  const detail::site_scope site(where);
   const auto& ls = loss.storage_ptr();
   detail::step& s = detail::step::of(*ls->dev);
   std::vector<std::shared_ptr<detail::grad_slot>> slots;

@@ -41,6 +41,7 @@
 #include "xtpu/device/device.hpp"
 #include "xtpu/eval/program.hpp"
 #include "xtpu/metrics/metrics.hpp"
+#include "xtpu/source_location.hpp"
 
 namespace xtpu::detail {
 
@@ -59,6 +60,7 @@ struct statement {
   std::uint32_t leaf_begin, n_leaves, scalar_begin, sig_begin;
   std::weak_ptr<storage> out;  // expired: nobody can see the result
   vjp_fn vjp = nullptr;
+  xtpu::source_location where{};  // the user's line that recorded it (step.hpp's record_erased says which)
 };
 
 /// The wiring code of a leaf: external tensor `n`, or the output of statement `p` of the step.

@@ -2,7 +2,8 @@
 //
 // Provides (xtpu::detail): graph_sketch (what a cached plan keeps of its step to explain a
 // recompile later), graph_hash (a step's 128-bit graph hash: its plan-cache key, then a second
-// hash of the same signature), describe (a statement as text: "matmul -> f32[128,512]") and
+// hash of the same signature), describe (a statement as text: "matmul -> f32[128,512]"),
+// statement_text and recorded_at (statements by the lines that recorded them) and
 // differences (the lines XTPU_DEBUG and the strict mode print: which statement, which
 // op/dtype/shape, which operand's wiring, which result kept or dropped, which input donated,
 // which device).
@@ -15,12 +16,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/lazy/plan.hpp"
 #include "xtpu/metrics/debug.hpp"
+#include "xtpu/source_location.hpp"
 
 namespace xtpu::detail {
 
@@ -31,6 +34,7 @@ struct graph_sketch {
   struct stmt {
     const kernel_desc* kernels;
     std::uint32_t n_kernels, sig_begin, n_leaves;
+    xtpu::source_location where;
   };
   std::vector<stmt> stmts;
   std::size_t tail = 0, donation = 0;
@@ -39,7 +43,7 @@ struct graph_sketch {
   static graph_sketch of(const std::vector<statement>& ss, std::size_t tail, std::size_t donation, std::uint32_t n_external) {
     graph_sketch g;
     g.stmts.reserve(ss.size());
-    for (const auto& s : ss) g.stmts.push_back(stmt{s.kernels, s.n_kernels, s.sig_begin, s.n_leaves});
+    for (const auto& s : ss) g.stmts.push_back(stmt{s.kernels, s.n_kernels, s.sig_begin, s.n_leaves, s.where});
     g.tail = tail, g.donation = donation;
     g.n_external = n_external;
     return g;
@@ -64,6 +68,31 @@ inline std::string describe(const kernel_desc& k) {
   return s + "]";
 }
 inline std::string describe(const graph_sketch::stmt& s) { return describe(s.kernels[s.n_kernels - 1]); }
+
+/// "statement 3 at main (train.cpp:45)": statement i of a step and the line that recorded it.
+inline std::string statement_text(std::size_t i, const xtpu::source_location& where) {
+  return "statement " + std::to_string(i) + (where.line() != 0 ? " at " + debug::detail::frame_text(where) : "");
+}
+
+/// Where a step's statements were recorded, a run of consecutive statements of one line per
+/// entry ("statements 0-8: main (train.cpp:42)"), at most `limit` entries and a count of the rest.
+inline std::vector<std::string> recorded_at(const std::vector<statement>& ss, std::size_t limit = 12) {
+  std::vector<std::string> out;
+  auto same = [](const xtpu::source_location& a, const xtpu::source_location& b) {
+    return a.line() == b.line() && std::string_view(a.file_name()) == b.file_name() &&
+           std::string_view(a.function_name()) == b.function_name();
+  };
+  std::size_t i = 0;
+  for (; i < ss.size() && out.size() < limit;) {
+    std::size_t j = i + 1;
+    while (j < ss.size() && same(ss[j].where, ss[i].where)) ++j;
+    out.push_back((j - i == 1 ? "statement " + std::to_string(i) : "statements " + std::to_string(i) + "-" + std::to_string(j - 1)) +
+                  ": " + debug::detail::frame_text(ss[i].where));
+    i = j;
+  }
+  if (i < ss.size()) out.push_back("... and statements " + std::to_string(i) + "-" + std::to_string(ss.size() - 1));
+  return out;
+}
 
 namespace recompile_detail {
 inline std::string wiring_text(std::uint64_t code) {
@@ -129,7 +158,7 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
     const auto& b = now.stmts[i];
     const std::size_t a0 = a.sig_begin, a1 = old.end_of(i);
     const std::size_t b0 = b.sig_begin, b1 = now.end_of(i);
-    const std::string s = "statement " + std::to_string(i);
+    const std::string s = statement_text(i, b.where);
     if (so[a0] != sn[b0]) {
       const std::string da = describe(a), db = describe(b);
       if (da != db) say(s + ": " + db + ", the cached graph " + da);
@@ -150,7 +179,7 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
   for (std::size_t i = 0; i < n; ++i) {
     const bool was = bit(so, to, i), is = bit(sn, tn, i);
     if (was != is)
-      say("the result of statement " + std::to_string(i) + " (" + describe(now.stmts[i]) + ") is " +
+      say("the result of " + statement_text(i, now.stmts[i].where) + " (" + describe(now.stmts[i]) + ") is " +
           (is ? "kept (a tensor outside the step holds it); in the cached graph it was dead"
               : "dead (nothing outside the step holds it); in the cached graph it was kept"));
   }

@@ -295,6 +295,28 @@ namespace xtpu::detail {
 /// After a step of this thread ran: once nothing is pending, no host state is left to undo.
 inline void settle_thread() noexcept;
 
+/// The line this thread's statements are recorded for while a library call records them on
+/// the user's behalf (xtpu::backward, an optimizer's step): that call's, not the library's own.
+inline const xtpu::source_location*& recording_site() noexcept {
+  thread_local const xtpu::source_location* site = nullptr;
+  return site;
+}
+/// Statements recorded in this scope (on this thread) show `where` as their line; the outermost
+/// scope wins (optimizer_step's line, not its step()'s).
+class site_scope {
+ public:
+  explicit site_scope(const xtpu::source_location& where) noexcept : saved_(recording_site()), where_(where) {
+    if (saved_ == nullptr) recording_site() = &where_;
+  }
+  site_scope(const site_scope&) = delete;
+  site_scope& operator=(const site_scope&) = delete;
+  ~site_scope() { recording_site() = saved_; }
+
+ private:
+  const xtpu::source_location* saved_;
+  xtpu::source_location where_;
+};
+
 /// One thread's pending work on one chip. Every buffer it allocates is on that chip, and its
 /// plans are compiled for it (the chip is part of the key).
 class step {
@@ -319,14 +341,15 @@ class step {
 
   std::size_t size() const noexcept { return stmts_.size(); }
 
-  /// Records `out = e` with its reverse-mode rule (null: none); returns the (pending) storage
-  /// of the result. Strong guarantee.
+  /// Records `out = e` with its reverse-mode rule (null: none), written at `where` (the
+  /// recording_site() instead, when one is set); returns the (pending) storage of the result.
+  /// Strong guarantee.
   template <class E>
-  std::shared_ptr<storage> record(const E& e, vjp_fn vjp = nullptr) {
+  std::shared_ptr<storage> record(const E& e, vjp_fn vjp = nullptr, const xtpu::source_location& where = {}) {
     constexpr const auto& table = program<E>::kernels;
     constexpr const auto& fused = program<E>::fused;
     return record_erased(&e, &collect_of<E>, E::fingerprint, table.data(), static_cast<std::uint32_t>(table.size()),
-                         program<E>::has_fused ? fused.data() : nullptr, vjp);
+                         program<E>::has_fused ? fused.data() : nullptr, vjp, where);
   }
 
   /// Statement i as recorded, and the leaves and scalars it captured (post-order, as
@@ -503,6 +526,7 @@ class step {
     g.inputs = n_external_;
     for (const auto& o : outputs_) g.outputs += o != nullptr;
     g.by = why;
+    g.recorded = recorded_at(stmts_);
     return g;
   }
 
@@ -559,7 +583,7 @@ class step {
   [[gnu::noinline]] std::shared_ptr<storage> record_erased(const void* e, void (*collect)(const void*, recorder&),
                                                            std::uint64_t fingerprint, const kernel_desc* kernels,
                                                            std::uint32_t n_kernels, const kernel_desc* fused,
-                                                           vjp_fn vjp) {
+                                                           vjp_fn vjp, const xtpu::source_location& where) {
     const std::size_t l0 = leaves_.size(), s0 = scalars_.size(), g0 = signature_.size();
     const std::uint32_t x0 = n_external_;
     std::shared_ptr<storage> out;
@@ -572,7 +596,8 @@ class step {
       for (std::size_t i = s0; i < scalars_.size(); ++i) signature_.push_back(scalar_slot(i));
       stmts_.push_back(statement{kernels, n_kernels, fused, static_cast<std::uint32_t>(l0),
                                  static_cast<std::uint32_t>(leaves_.size() - l0), static_cast<std::uint32_t>(s0),
-                                 static_cast<std::uint32_t>(g0), out, vjp});
+                                 static_cast<std::uint32_t>(g0), out, vjp,
+                                 recording_site() != nullptr ? *recording_site() : where});
     } catch (...) {
       leaves_.resize(l0);
       scalars_.resize(s0);

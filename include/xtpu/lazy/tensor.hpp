@@ -163,14 +163,12 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   ~tensor() = default;
 
   /// Records `*this = e` in the pending step (nothing runs until mark_step or a sync), with
-  /// its reverse-mode rule (Tape: detail::tape_default, never given by hand).
+  /// its reverse-mode rule (Tape: detail::tape_default, never given by hand) and the line it is
+  /// written on (XTPU_DEBUG shows it). `t = e` is this constructor, then the move assignment:
+  /// an operator= cannot take the caller's line.
   template <detail::node E, bool Tape = detail::tape_default>
-  tensor(const E& e) : storage_(record<Tape>(e)) {}
-  template <detail::node E, bool Tape = detail::tape_default>
-  tensor& operator=(const E& e) {
-    detail::replace_fresh(storage_, record<Tape>(e));  // the old value stays alive until the step runs
-    return *this;
-  }
+  tensor(const E& e, xtpu::source_location where = xtpu::source_location::current())
+      : storage_(record<Tape>(e, where)) {}
   /// A tensor of another type: always an error (E102 shape, E205 dtype).
   template <class U, std::size_t... D>
     requires(!std::is_same_v<tensor<U, D...>, tensor>)
@@ -243,21 +241,22 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
                   "xtpu E501 host: the host array's shape differs from the tensor's");
   }
   template <bool Tape, class E>
-  static std::shared_ptr<detail::storage> record(const E& e) {
+  static std::shared_ptr<detail::storage> record(const E& e, const xtpu::source_location& where) {
     detail::vjp_fn vjp = nullptr;  // null: gradients do not flow through (not floating, no tensor, no_grad)
     if constexpr (detail::differentiable_v<E>) {
       if constexpr (Tape) vjp = &detail::vjp_entry<E>;
       else vjp = &detail::rule_not_compiled;
       if (!detail::grad_enabled()) vjp = nullptr;
     }
-    return record_in(detail::step_for(e), e, vjp);
+    return record_in(detail::step_for(e), e, vjp, where);
   }
   /// Records `t = e` in step s with rule vjp (the shape and dtype checks of every assignment).
   template <class E>
-  static std::shared_ptr<detail::storage> record_in(detail::step& s, const E& e, detail::vjp_fn vjp) {
+  static std::shared_ptr<detail::storage> record_in(detail::step& s, const E& e, detail::vjp_fn vjp,
+                                                    const xtpu::source_location& where = {}) {
     check::assign<typename E::shape_type, shape_type>();
     check::assign_dtype<typename E::value_type, T>();
-    return s.record(e, vjp);
+    return s.record(e, vjp, where);
   }
   friend struct detail::tensor_access;
   struct adopt_tag {};
@@ -351,38 +350,43 @@ XTPU_COMPOUND_ASSIGNMENT(/)
 
 // ---- factories (pending statements, like any other) --------------------------------------
 
+// (each statement shows the caller's line under XTPU_DEBUG)
 template <class T, std::size_t... Dims>
-tensor<T, Dims...> full(T value) {
-  return detail::full_node<T, extents<Dims...>>(static_cast<double>(static_cast<compute_t<T>>(value)));
+tensor<T, Dims...> full(T value, xtpu::source_location where = xtpu::source_location::current()) {
+  return {detail::full_node<T, extents<Dims...>>(static_cast<double>(static_cast<compute_t<T>>(value))), where};
 }
 template <class T, std::size_t... Dims>
-tensor<T, Dims...> zeros() {
-  return full<T, Dims...>(T{});
+tensor<T, Dims...> zeros(xtpu::source_location where = xtpu::source_location::current()) {
+  return full<T, Dims...>(T{}, where);
 }
 template <class T, std::size_t... Dims>
-tensor<T, Dims...> ones() {
-  return full<T, Dims...>(static_cast<T>(1));
+tensor<T, Dims...> ones(xtpu::source_location where = xtpu::source_location::current()) {
+  return full<T, Dims...>(static_cast<T>(1), where);
 }
 
 namespace random {
 /// Normal samples; element i depends only on (seed, i). Floating types only.
 template <class T, std::size_t... Dims>
-tensor<T, Dims...> normal(std::uint64_t seed, float mean = 0.0f, float stddev = 1.0f) {
+tensor<T, Dims...> normal(std::uint64_t seed, float mean = 0.0f, float stddev = 1.0f,
+                          xtpu::source_location where = xtpu::source_location::current()) {
   check::floating<T>();
-  return generator<detail::normal_gen, T, extents<Dims...>>{
-      {}, {std::bit_cast<double>(seed), static_cast<double>(mean), static_cast<double>(stddev)}};
+  return {generator<detail::normal_gen, T, extents<Dims...>>{
+              {}, {std::bit_cast<double>(seed), static_cast<double>(mean), static_cast<double>(stddev)}},
+          where};
 }
 /// Uniform samples between lo and hi; element i depends only on (seed, i). Floating types only.
 template <class T, std::size_t... Dims>
-tensor<T, Dims...> uniform(std::uint64_t seed, float lo = 0.0f, float hi = 1.0f) {
+tensor<T, Dims...> uniform(std::uint64_t seed, float lo = 0.0f, float hi = 1.0f,
+                           xtpu::source_location where = xtpu::source_location::current()) {
   check::floating<T>();
-  return detail::uniform_node<T, extents<Dims...>>(seed, lo, hi);
+  return {detail::uniform_node<T, extents<Dims...>>(seed, lo, hi), where};
 }
 /// true with probability p (torch.bernoulli of a constant p), element i depending only on
 /// (seed, i): true where nn::dropout(x, p, seed) drops (detail::bernoulli_node).
 template <std::size_t... Dims>
-tensor<bool, Dims...> bernoulli(std::uint64_t seed, float p = 0.5f) {
-  return detail::bernoulli_node<extents<Dims...>>(seed, p);
+tensor<bool, Dims...> bernoulli(std::uint64_t seed, float p = 0.5f,
+                                xtpu::source_location where = xtpu::source_location::current()) {
+  return {detail::bernoulli_node<extents<Dims...>>(seed, p), where};
 }
 }  // namespace random
 

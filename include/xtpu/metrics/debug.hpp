@@ -18,6 +18,9 @@
 //   Compilation Analysis:   Number of Graph Outputs: 2
 //   Compilation Analysis: C++ Frame Triggered Execution:
 //   Compilation Analysis:   main (train.cpp:42)
+//   Compilation Analysis: Statements Recorded At:
+//   Compilation Analysis:   statements 0-1: main (train.cpp:38)
+//   Compilation Analysis:   statement 2: main (train.cpp:40)
 //   Compilation Analysis: --------------------------------------------------------------------------------
 //   Compilation Analysis: ================================================================================
 // A recompile adds, before the frame, "Differs from the closest cached graph <hash>:" and one
@@ -74,6 +77,7 @@ struct graph_info {
   std::string closest;                 // the hash of the closest cached graph (a recompile), else empty
   bool unrelated = false;              // it shares no statement with any cached graph
   std::vector<std::string> differs;    // how this graph differs from the closest (the first lines, if unrelated)
+  std::vector<std::string> recorded;   // where its statements were recorded ("statements 0-8: main (train.cpp:42)")
 };
 
 namespace detail {
@@ -115,10 +119,20 @@ inline void emit(std::string_view text) {
   else std::fflush(f);
 }
 
-/// "function (file:line)", as the analysis blocks and the sync report print a caller.
+/// "function (file:line)", as the analysis blocks and the sync report print a caller: the
+/// function without its template arguments (g++ spells them out), a file of xtpu's own headers
+/// from its "xtpu/" folder on ("xtpu/nn/loss.hpp").
 inline std::string frame_text(const xtpu::source_location& l) {
   if (l.line() == 0) return "(no source location)";
-  return std::string(l.function_name()) + " (" + l.file_name() + ":" + std::to_string(l.line()) + ")";
+  std::string_view function = l.function_name(), file = l.file_name();
+  if (const auto angle = function.find('<'); angle != std::string_view::npos && !function.starts_with("operator<"))
+    function = function.substr(0, angle);
+  static const std::string_view own_root = [] {  // this header's path up to (without) "xtpu/metrics/debug.hpp"
+    const std::string_view self = __FILE__, tail = "xtpu/metrics/debug.hpp";
+    return self.ends_with(tail) ? self.substr(0, self.size() - tail.size()) : std::string_view();
+  }();
+  if (!own_root.empty() && file.starts_with(own_root)) file.remove_prefix(own_root.size());
+  return std::string(function) + " (" + std::string(file) + ":" + std::to_string(l.line()) + ")";
 }
 
 /// Counts of sync points by source location, printed at exit (level >= 1).
@@ -219,6 +233,10 @@ inline std::string analysis(std::string_view title, const graph_info& g) {
     for (const auto& d : g.differs) out += p + "  " + d + "\n";
   }
   out += p + "C++ Frame Triggered Execution:\n" + p + "  " + detail::frame_text(g.by.where) + "\n";
+  if (!g.recorded.empty()) {
+    out += p + "Statements Recorded At:\n";
+    for (const auto& r : g.recorded) out += p + "  " + r + "\n";
+  }
   out += p + std::string(80, '-') + "\n" + p + rule + "\n";
   return out;
 }

@@ -79,7 +79,8 @@ constexpr auto masked(const Scores& s, nn::causal_t) {
 
 // q (..., Sq, Dk), k (..., Sk, Dk), v (..., Sk, Dv) -> (..., Sq, Dv)
 template <precision Prec, class Q, class K, class V, class Mask>
-auto attention(const Q& q, const K& k, const V& v, Mask mask) {
+auto attention(const Q& q, const K& k, const V& v, Mask mask, xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   using QS = typename node_t<Q>::shape_type;
   const float scale = 1.0f / std::sqrt(static_cast<float>(QS::dims[QS::rank - 1]));
   const auto scores = as_tensor(masked(matmul<Prec>(q, transpose(k)) * scale, mask));  // (..., Sq, Sk) the product's type
@@ -93,11 +94,13 @@ namespace xtpu::nn {
 
 // q (..., Sq, Dk), k (..., Sk, Dk), v (..., Sk, Dv) -> (..., Sq, Dv)
 template <precision Prec = precision::default_, class Q, class K, class V>
-auto scaled_dot_product_attention(const Q& q, const K& k, const V& v) {
+auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   return detail::attention<Prec>(q, k, v, detail::no_mask_t{});
 }
 template <precision Prec = precision::default_, class Q, class K, class V>
-auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, causal_t) {
+auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, causal_t, xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   return detail::attention<Prec>(q, k, v, causal);
 }
 
@@ -112,11 +115,13 @@ struct multihead_attention {
 
   // x (S, D) or (B, S, D) -> x's shape
   template <class X>
-  auto operator()(const X& x) const {
+  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     return attend(x, detail::no_mask_t{});
   }
   template <class X>
-  auto operator()(const X& x, causal_t) const {
+  auto operator()(const X& x, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     return attend(x, causal);
   }
 
@@ -167,11 +172,13 @@ struct transformer_block {
 
   // x (S, D) or (B, S, D) -> x's shape
   template <class X>
-  auto operator()(const X& x) const {
+  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     return feed_forward(detail::as_tensor(x + dropout1(self_attn(norm1(x)))));
   }
   template <class X>
-  auto operator()(const X& x, causal_t) const {
+  auto operator()(const X& x, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     return feed_forward(detail::as_tensor(x + dropout1(self_attn(norm1(x), causal))));
   }
 

@@ -31,7 +31,8 @@ namespace xtpu::nn {
 
 // x (...) -> (...), x's type
 template <class X>
-auto dropout(const X& x, float p, std::uint64_t seed) {
+auto dropout(const X& x, float p, std::uint64_t seed, xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   using N = detail::node_t<X>;
   check::floating<typename N::value_type>();
   if (!(p >= 0.0f && p <= 1.0f)) throw error("xtpu: dropout: p must be in [0, 1], got " + std::to_string(p));
@@ -48,7 +49,8 @@ struct dropout_module {
 
   // x (...) -> (...), x's type
   template <class X>
-  auto operator()(const X& x) const {
+  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     if (!training) return detail::as_tensor(x);
     stream.keep_for_discard();
     return dropout(x, p, stream->next());

@@ -21,7 +21,8 @@ struct embedding {
 
   // ids (...) int32, weight (Num, Dim) -> (..., Dim)
   template <class Ids>
-  auto operator()(const Ids& ids) const {
+  auto operator()(const Ids& ids, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     return detail::as_tensor(take<0>(weight, ids));
   }
 

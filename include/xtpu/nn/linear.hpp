@@ -22,8 +22,10 @@ struct linear {
   // x (..., In), weight (Out, In) -> (..., Out), a tensor: each layer is a statement of its own
   // (the bias add fused into the product's epilogue), so a model's gradient rules stay one
   // layer deep — a whole model as one nested expression takes several times longer to compile
+  // (its statement shows the caller's line under XTPU_DEBUG)
   template <class X>
-  auto operator()(X&& x) const {
+  auto operator()(X&& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     return detail::as_tensor(matmul<Prec>(std::forward<X>(x), transpose(weight)) + bias);
   }
 

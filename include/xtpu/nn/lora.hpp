@@ -30,7 +30,8 @@ struct lora_linear {
 
   // x (..., In) -> (..., Out): the base, plus the low-rank path through (..., Rank)
   template <class X>
-  auto operator()(const X& x) const {
+  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     const auto low = detail::as_tensor(matmul<Prec>(x, transpose(lora_A)));  // (..., Rank)
     return detail::as_tensor(base(x) + matmul<Prec>(low, transpose(lora_B)) * (alpha / static_cast<float>(Rank)));
   }

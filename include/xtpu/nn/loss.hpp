@@ -36,7 +36,9 @@ struct cross_entropy_options {
 
 // logits (..., C), labels (...) int32 -> ()
 template <class Logits, class Labels>
-tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_entropy_options o = {}) {
+tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_entropy_options o = {},
+                            xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   using LS = typename detail::shape_of<Logits>::type;
   check::class_labels<LS, typename detail::shape_of<Labels>::type>();
   constexpr std::size_t classes = LS::dims[LS::rank - 1];
@@ -51,7 +53,9 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
 
 // student (..., C), teacher (..., C) -> ()
 template <class Student, class Teacher>
-tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float temperature = 1.0f) {
+tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float temperature = 1.0f,
+                         xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   check::assign<typename detail::shape_of<Teacher>::type, typename detail::shape_of<Student>::type>();
   const float inv_t = 1.0f / temperature;
   const auto logp = detail::as_tensor(log_softmax<-1>(cast<float>(student) * inv_t));  // (..., C) f32
@@ -60,14 +64,17 @@ tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float t
 }
 
 template <class A, class B>
-tensor<float> mse(const A& a, const B& b) {
+tensor<float> mse(const A& a, const B& b, xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   check::assign<typename detail::shape_of<B>::type, typename detail::shape_of<A>::type>();
   return mean(square(cast<float>(a) - cast<float>(b)));
 }
 
 // logits (...), targets (...) in [0, 1] -> ()
 template <class X, class Y>
-tensor<float> binary_cross_entropy_with_logits(const X& logits, const Y& targets) {
+tensor<float> binary_cross_entropy_with_logits(const X& logits, const Y& targets,
+                                               xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   check::assign<typename detail::shape_of<Y>::type, typename detail::shape_of<X>::type>();
   const auto x = detail::as_tensor(cast<float>(logits));
   return mean((1.0f - cast<float>(targets)) * x + softplus(-x));

@@ -161,10 +161,11 @@ std::vector<std::string> parameter_names() {
 }
 
 /// A model of type M (default-constructible) with PyTorch's default initialisation, seeded.
-/// The values are pending statements of this thread's step.
+/// The values are pending statements of this thread's step (showing the caller's line).
 template <class M>
-M init(std::uint64_t seed) {
+M init(std::uint64_t seed, xtpu::source_location caller = xtpu::source_location::current()) {
   detail::check_module<M>();
+  const detail::site_scope site(caller);
   M model{};
   seeds s(seed);
   detail::reset_modules(model, s);

@@ -73,27 +73,31 @@ namespace xtpu::nn {
 
 // x (..., D), weight (D), bias (D) -> (..., D) x's type
 template <int Axis = -1, class X, class W, class B>
-auto layer_norm(const X& x, const W& weight, const B& bias, float eps = 1e-5f) {
+auto layer_norm(const X& x, const W& weight, const B& bias, float eps = 1e-5f, xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   using S = typename detail::node_t<X>::shape_type;
   return detail::norm_result<X>(detail::normalized<Axis>(x, eps) * detail::norm_parameter_on_axis<Axis, S>(weight) +
                                 detail::norm_parameter_on_axis<Axis, S>(bias));
 }
 // x (..., D) -> (..., D) x's type
 template <int Axis = -1, class X>
-auto layer_norm(const X& x, float eps = 1e-5f) {
+auto layer_norm(const X& x, float eps = 1e-5f, xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   return detail::norm_result<X>(detail::normalized<Axis>(x, eps));
 }
 
 // x (..., D), weight (D) -> (..., D) x's type
 template <int Axis = -1, class X, class W>
   requires(!std::is_arithmetic_v<W>)
-auto rms_norm(const X& x, const W& weight, float eps = 1e-6f) {
+auto rms_norm(const X& x, const W& weight, float eps = 1e-6f, xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   using S = typename detail::node_t<X>::shape_type;
   return detail::norm_result<X>(detail::rms_normalized<Axis>(x, eps) * detail::norm_parameter_on_axis<Axis, S>(weight));
 }
 // x (..., D) -> (..., D) x's type
 template <int Axis = -1, class X>
-auto rms_norm(const X& x, float eps = 1e-6f) {
+auto rms_norm(const X& x, float eps = 1e-6f, xtpu::source_location caller = xtpu::source_location::current()) {
+  const detail::site_scope site(caller);
   return detail::norm_result<X>(detail::rms_normalized<Axis>(x, eps));
 }
 
@@ -105,7 +109,8 @@ struct layer_norm_module {
   float eps = 1e-5f;
 
   template <class X>
-  auto operator()(const X& x) const {
+  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     return layer_norm<-1>(x, weight, bias, eps);
   }
   void reset_parameters(seeds&) {
@@ -122,7 +127,8 @@ struct rms_norm_module {
   float eps = 1e-6f;
 
   template <class X>
-  auto operator()(const X& x) const {
+  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
     return rms_norm<-1>(x, weight, eps);
   }
   void reset_parameters(seeds&) { weight = ones<T, D>(); }

@@ -34,19 +34,22 @@ class parameter : public tensor<T, Dims...> {
     link();
   }
   template <detail::node E>
-  parameter(const E& e) : parameter(tensor_type(e)) {}
+  parameter(const E& e, xtpu::source_location where = xtpu::source_location::current())
+      : parameter(tensor_type(e, where)) {}
   parameter(parameter&&) noexcept = default;
   parameter& operator=(parameter&&) noexcept = default;
   parameter(const parameter&) = delete;
   parameter& operator=(const parameter&) = delete;
   ~parameter() = default;
 
-  /// A new value (the gradient stays): `w = w - lr * w.grad()`.
+  /// A new value (the gradient stays): `w = w - lr * w.grad()`. Its statement has no source
+  /// line (an operator= cannot take the caller's; inside an optimizer's step it has the step's).
   template <class E>
     requires(detail::node<E> || std::is_same_v<E, tensor_type>)
   parameter& operator=(const E& e) {
     const std::shared_ptr<detail::storage> old = this->storage_ptr();
-    tensor_type::operator=(e);
+    if constexpr (detail::node<E>) tensor_type::operator=(tensor_type(e, xtpu::source_location{}));
+    else tensor_type::operator=(e);
     link();
     if (old && old != this->storage_ptr() && old->param.lock() == slot_) old->param.reset();  // one value at a time
     return *this;

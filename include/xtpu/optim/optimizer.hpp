@@ -217,7 +217,9 @@ class sgd {
   sgd_options& options() noexcept { return o_; }
   const sgd_options& options() const noexcept { return o_; }
 
-  void step() {
+  /// Records the update of every parameter (its statements show `where`'s line).
+  void step(xtpu::source_location where = xtpu::source_location::current()) {
+    const xtpu::detail::site_scope site(where);
     if (o_.nesterov && (o_.momentum <= 0.0f || o_.dampening != 0.0f))
       throw error("xtpu: optim::sgd: Nesterov momentum needs momentum > 0 and dampening 0 (momentum " +
                   std::to_string(o_.momentum) + ", dampening " + std::to_string(o_.dampening) + ")");
@@ -272,7 +274,9 @@ class adam_family {
   std::int64_t steps() const noexcept { return counts_->t; }
   std::int64_t& steps() noexcept { return counts_->t; }  // settable: a checkpoint restores it
 
-  void step() {
+  /// Records the update of every parameter (its statements show `where`'s line).
+  void step(xtpu::source_location where = xtpu::source_location::current()) {
+    const xtpu::detail::site_scope site(where);
     counts_.keep_for_discard();
     master_.written.keep_for_discard();
     ++counts_->t;
@@ -323,7 +327,8 @@ class adamw : public detail::adam_family<Model, adamw_options, true> {
 /// the norm before clipping, rank 0. max_norm is a run-time scalar. A NaN or inf gradient
 /// makes the norm and every gradient NaN (torch's default, error_if_nonfinite=False).
 template <class Model>
-tensor<float> clip_grad_norm(Model& model, float max_norm) {
+tensor<float> clip_grad_norm(Model& model, float max_norm, xtpu::source_location caller = xtpu::source_location::current()) {
+  const xtpu::detail::site_scope site(caller);
   const no_grad scope;
   tensor<float> squares = detail::untaped(zeros<float>());
   nn::for_each_parameter(model, [&](const std::string&, auto& p) {
@@ -345,7 +350,10 @@ namespace xtpu {
 /// statements, then mark_step(): one compiled step (torch_xla's xm.optimizer_step).
 template <class Optimizer>
 void optimizer_step(Optimizer& opt, xtpu::source_location where = xtpu::source_location::current()) {
-  opt.step();
+  {
+    const detail::site_scope site(where);  // the update's statements show this line
+    opt.step();
+  }
   detail::end_step(debug::trigger{debug::cause::optimizer_step, where});
 }
 }  // namespace xtpu
