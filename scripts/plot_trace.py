@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLOURS = {"step": "#9aa7b1", "compile": "#d62728", "execute": "#c7d3dd", "kernel": "#1f77b4",
-           "transfer": "#2ca02c", "loader": "#ff7f0e", "sync": "#000000"}
+           "transfer": "#2ca02c", "loader": "#ff7f0e", "pool": "#8c564b", "sync": "#000000"}
 
 
 def main():

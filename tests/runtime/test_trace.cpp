@@ -1,6 +1,7 @@
 // XTPU_TRACE: the Chrome trace-event file loads as JSON, names its processes and threads, holds
 // the step, compile, execute, kernel (matmul with its shape and MXU utilization), transfer,
-// sync-point and loader events, and its spans nest on every thread.
+// sync-point and loader events, work split over the thread pool on each thread that ran it, and
+// its spans nest on every thread.
 #include "files.hpp"
 #include "reference.hpp"
 
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <vector>
 
 namespace {
@@ -27,6 +29,29 @@ std::vector<nlohmann::json> named(const nlohmann::json& t, const std::string& na
   for (const auto& e : t["traceEvents"])
     if (e.contains("name") && e["name"] == name) out.push_back(e);
   return out;
+}
+
+/// Every complete event lies inside the span open before it on its thread, or after it ends.
+void expect_nested(const nlohmann::json& t) {
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ASSERT_GE(e["dur"].get<double>(), 0.0);
+    ASSERT_GE(e["ts"].get<double>(), 0.0);
+    spans[{e["pid"], e["tid"]}].emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+  }
+  constexpr double slack = 0.002;  // microseconds: both ends are printed to 3 decimals
+  for (auto& [track, v] : spans) {
+    std::sort(v.begin(), v.end(), [](auto a, auto b) { return a.first != b.first ? a.first < b.first : a.second > b.second; });
+    std::vector<double> open;  // ends of the enclosing spans
+    for (const auto& [b, e] : v) {
+      while (!open.empty() && b >= open.back() - slack) open.pop_back();
+      if (!open.empty()) {
+        EXPECT_LE(e, open.back() + slack) << "a span crosses its parent's end on track " << track.second;
+      }
+      open.push_back(e);
+    }
+  }
 }
 
 TEST(Trace, AStepIsTracedAsNestedSpansWithItsKernels) {
@@ -91,32 +116,51 @@ TEST(Trace, AStepIsTracedAsNestedSpansWithItsKernels) {
   for (const auto& b : batches) EXPECT_EQ(b["pid"], 0);
   EXPECT_EQ(named(t, "loader: wait for batch").size(), 2u);
 
-  // every complete event lies inside the span open before it on its thread, or after it ends
-  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;
-  for (const auto& e : t["traceEvents"]) {
-    if (e["ph"] != "X") continue;
-    ASSERT_GE(e["dur"].get<double>(), 0.0);
-    ASSERT_GE(e["ts"].get<double>(), 0.0);
-    spans[{e["pid"], e["tid"]}].emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
-  }
-  constexpr double slack = 0.002;  // microseconds: both ends are printed to 3 decimals
-  for (auto& [track, v] : spans) {
-    std::sort(v.begin(), v.end(), [](auto a, auto b) { return a.first != b.first ? a.first < b.first : a.second > b.second; });
-    std::vector<double> open;  // ends of the enclosing spans
-    for (const auto& [b, e] : v) {
-      while (!open.empty() && b >= open.back() - slack) open.pop_back();
-      if (!open.empty()) {
-        EXPECT_LE(e, open.back() + slack) << "a span crosses its parent's end on track " << track.second;
-      }
-      open.push_back(e);
-    }
-  }
+  expect_nested(t);
   // the step contains its compile and its execute
+  constexpr double slack = 0.002;
   const auto steps = named(t, "step"), compiles = named(t, "compile");
   const double s0 = steps[0]["ts"], s1 = s0 + steps[0]["dur"].get<double>();
   EXPECT_GE(compiles[0]["ts"].get<double>(), s0 - slack);
   EXPECT_LE(compiles[0]["ts"].get<double>() + compiles[0]["dur"].get<double>(), s1 + slack);
   EXPECT_EQ(steps[0]["args"]["cause"], "user mark_step");
+}
+
+TEST(Trace, WorkSplitOverThePoolIsTracedOnEachThreadThatRanIt) {
+  const int threads = xtpu::kernels::num_threads();
+  xtpu::kernels::set_num_threads(2);
+  const std::string path = xtpu_test::scratch("pool.json").string();
+  xtpu::mark_step();
+  xtpu::trace::start(path);
+  using big = xtpu::tensor<float, 512, 1024>;  // 512 Ki elements: a loop in 2 pieces, one per thread
+  big a = xtpu::full<float, 512, 1024>(1.0f);
+  for (int i = 0; i < 3; ++i) {
+    a = xtpu::exp(a * 0.5f) - 1.0f;
+    xtpu::mark_step();
+  }
+  EXPECT_EQ(xtpu::trace::stop(), path);
+  xtpu::kernels::set_num_threads(threads);
+  const nlohmann::json t = load(path);
+  const int dev = static_cast<int>(xtpu::device::current().chip().serial()) + 1;
+  const auto work = named(t, "pool work");
+  ASSERT_GE(work.size(), 3u) << t.dump(1);  // each step's loop: one or two threads' shares
+  int pieces = 0;
+  std::set<std::string> who;
+  for (const auto& w : work) {
+    EXPECT_EQ(w["pid"], dev);  // on the track of the device whose step split it
+    EXPECT_EQ(w["cat"], "pool");
+    EXPECT_EQ(w["args"]["of"], 2);
+    EXPECT_GE(w["args"]["pieces"].get<int>(), 1);
+    pieces += w["args"]["pieces"].get<int>();
+    who.insert(w["args"]["thread"].get<std::string>());
+  }
+  EXPECT_EQ(pieces % 2, 0);  // every piece of every job reported once, by the thread that ran it
+  EXPECT_GE(pieces, 6);
+  EXPECT_TRUE(who.count("the caller")) << t.dump(1);  // the caller claims pieces too (unless a worker took both)
+  expect_nested(t);
+  // once the trace stopped, the pool reports to nobody
+  xtpu::trace::start("");
+  EXPECT_EQ(xtpu::kernels::detail::work_observer().load(), nullptr);
 }
 
 TEST(Trace, NothingIsRecordedWhenOff) {

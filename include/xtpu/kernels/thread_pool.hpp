@@ -10,9 +10,15 @@
 // (steps come back to back), then sleep.
 // A job's split never changes what any output element computes (each index is a fixed piece of
 // the output, computed in k order by whichever thread claims it).
+// Observing it (metrics/trace.hpp installs one while a trace records): work_observer() is
+// called on each thread that ran indices of a job, once it has no more to claim — when its
+// first and last index started and ended, how many of the n indices it ran, and the job's tag
+// (job_tag() of the thread that started the job; a thread running a job's indices has that
+// tag, so nested jobs keep it). Null (the default): one relaxed load per job and thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -24,6 +30,35 @@
 #include <vector>
 
 namespace xtpu::kernels::detail {
+
+/// What the pool reports of a thread's share of a job (see the top of this file).
+struct work_report {
+  std::chrono::steady_clock::time_point begin, end;
+  int ran, n, tag;
+  bool caller;  // the thread that started the job
+};
+using work_observer_fn = void (*)(const work_report&);
+inline std::atomic<work_observer_fn>& work_observer() noexcept {
+  static std::atomic<work_observer_fn> f{nullptr};
+  return f;
+}
+/// This thread's tag for the jobs it starts (a trace sets the device's track).
+inline int& job_tag() noexcept {
+  thread_local int tag = 0;
+  return tag;
+}
+
+/// job_tag() is `tag` in this scope.
+class job_tag_scope {
+ public:
+  explicit job_tag_scope(int tag) noexcept : saved_(job_tag()) { job_tag() = tag; }
+  job_tag_scope(const job_tag_scope&) = delete;
+  job_tag_scope& operator=(const job_tag_scope&) = delete;
+  ~job_tag_scope() { job_tag() = saved_; }
+
+ private:
+  int saved_;
+};
 
 class thread_pool {
  public:
@@ -64,6 +99,8 @@ class thread_pool {
     std::atomic<bool> failed{false};
     std::exception_ptr error;      // the first exception, written once by the thread that set failed
     int holders = 0;               // workers that may still touch this job (guarded by mu_)
+    int tag = 0;                   // job_tag() of the thread that started it
+    work_observer_fn observer = nullptr;
   };
 
   thread_pool() = default;
@@ -76,6 +113,8 @@ class thread_pool {
     j.n = n;
     j.fn = fn;
     j.ctx = ctx;
+    j.tag = job_tag();
+    j.observer = work_observer().load(std::memory_order_acquire);
     {
       std::lock_guard lock(mu_);
       grow(n - 1);
@@ -83,7 +122,7 @@ class thread_pool {
       queued_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
-    work_on(j);  // the caller claims indices too: progress without any free worker
+    work_on(j, true);  // the caller claims indices too: progress without any free worker
     {
       std::unique_lock lock(mu_);
       dequeue(&j);
@@ -99,9 +138,12 @@ class thread_pool {
 
   static bool finished(const job& j) noexcept { return j.finished.load(std::memory_order_acquire) == j.n; }
 
-  /// Claims and runs indices of j until none is left.
-  static void work_on(job& j) noexcept {
+  /// Claims and runs indices of j until none is left (reported to j's observer, if any).
+  static void work_on(job& j, bool caller) noexcept {
+    const job_tag_scope tag(j.tag);
+    work_report r{{}, {}, 0, j.n, j.tag, caller};
     for (int i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.n;) {
+      if (j.observer != nullptr && r.ran++ == 0) r.begin = std::chrono::steady_clock::now();
       if (!j.failed.load(std::memory_order_acquire)) {
         try {
           j.fn(j.ctx, i);
@@ -109,7 +151,14 @@ class thread_pool {
           if (!j.failed.exchange(true, std::memory_order_acq_rel)) j.error = std::current_exception();
         }
       }
+      if (j.observer != nullptr) r.end = std::chrono::steady_clock::now();
       j.finished.fetch_add(1, std::memory_order_acq_rel);
+    }
+    if (j.observer != nullptr && r.ran > 0) {
+      try {
+        j.observer(r);
+      } catch (...) {  // a report that cannot be made (out of memory) is dropped, never the job
+      }
     }
   }
 
@@ -150,7 +199,7 @@ class thread_pool {
         cv_.wait(lock, [&] { return stop_ || (j = take()) != nullptr; });
         if (!j) return;  // stop_
       }
-      work_on(*j);
+      work_on(*j, false);
       {
         std::lock_guard lock(mu_);
         --j->holders;  // after this the caller may return and j may be gone

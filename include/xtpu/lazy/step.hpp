@@ -677,6 +677,7 @@ class step {
     auto& c = counters::get();
     time_sample t{c.execute_time};
     trace::detail::span traced("execute", "execute", trace_pid());
+    const kernels::detail::job_tag_scope tag(trace_pid());  // pool work is traced on this chip's track
     // 1. every allocation first: a throw here leaves the step pending and intact
     auto& buffers = buffers_;
     buffers.clear();
