@@ -5,6 +5,7 @@
 // __builtin_source_location, which clang 14 lacks): file_name(), function_name() (the bare
 // name: "main", "TestBody") and line(). As a defaulted parameter,
 // `xtpu::source_location where = xtpu::source_location::current()`, it names the caller.
+// same_place(a, b): the same function, file and line (what XTPU_DEBUG groups statements by).
 // Errors: none.
 #pragma once
 
@@ -26,5 +27,15 @@ struct source_location {
   const char* function_ = "";
   unsigned line_ = 0;
 };
+
+constexpr bool same_place(const source_location& a, const source_location& b) noexcept {
+  auto same = [](const char* x, const char* y) {
+    if (x == y) return true;
+    for (; *x != '\0' && *x == *y; ++x, ++y) {
+    }
+    return *x == *y;
+  };
+  return a.line() == b.line() && same(a.file_name(), b.file_name()) && same(a.function_name(), b.function_name());
+}
 
 }  // namespace xtpu

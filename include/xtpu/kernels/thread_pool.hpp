@@ -1,6 +1,7 @@
 // xtpu/kernels/thread_pool.hpp — the persistent workers a matmul splits its tiles over.
 //
-// Provides: kernels::detail::thread_pool::run(n, f): calls f(i) exactly once for every i in
+// Provides: kernels::detail::thread_pool::run(n, f) (below), and work_observer / job_tag /
+// job_tag_scope (what a trace sees of it). run(n, f) calls f(i) exactly once for every i in
 // 0..n-1 and returns when all calls have finished. The caller takes part: it claims indices
 // like any worker, so a job finishes even when every worker is busy — which is what makes
 // nested jobs (f itself calling run) and jobs from several threads at once safe. Indices are
@@ -11,10 +12,11 @@
 // A job's split never changes what any output element computes (each index is a fixed piece of
 // the output, computed in k order by whichever thread claims it).
 // Observing it (metrics/trace.hpp installs one while a trace records): work_observer() is
-// called on each thread that ran indices of a job, once it has no more to claim — when its
-// first and last index started and ended, how many of the n indices it ran, and the job's tag
-// (job_tag() of the thread that started the job; a thread running a job's indices has that
-// tag, so nested jobs keep it). Null (the default): one relaxed load per job and thread.
+// called on each thread that ran indices of a job, once it has no more to claim and has let go
+// of the job — when its first index started and its last ended, how many of the n indices it
+// ran, and the job's tag (job_tag() of the thread that started the job; a thread running a
+// job's indices has that tag, so nested jobs keep it). A job of one index runs on the caller
+// and is not reported. Null (the default): one acquire load per job, a test per index.
 #pragma once
 
 #include <atomic>
@@ -122,7 +124,7 @@ class thread_pool {
       queued_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
-    work_on(j, true);  // the caller claims indices too: progress without any free worker
+    report(j.observer, work_on(j, true));  // the caller claims indices too: progress without any free worker
     {
       std::unique_lock lock(mu_);
       dequeue(&j);
@@ -138,27 +140,33 @@ class thread_pool {
 
   static bool finished(const job& j) noexcept { return j.finished.load(std::memory_order_acquire) == j.n; }
 
-  /// Claims and runs indices of j until none is left (reported to j's observer, if any).
-  static void work_on(job& j, bool caller) noexcept {
+  /// Claims and runs indices of j until none is left; returns what it ran (for j's observer).
+  static work_report work_on(job& j, bool caller) noexcept {
     const job_tag_scope tag(j.tag);
+    const bool timed = j.observer != nullptr;
     work_report r{{}, {}, 0, j.n, j.tag, caller};
     for (int i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.n;) {
-      if (j.observer != nullptr && r.ran++ == 0) r.begin = std::chrono::steady_clock::now();
       if (!j.failed.load(std::memory_order_acquire)) {
+        if (timed && r.ran == 0) r.begin = std::chrono::steady_clock::now();
+        ++r.ran;
         try {
           j.fn(j.ctx, i);
         } catch (...) {
           if (!j.failed.exchange(true, std::memory_order_acq_rel)) j.error = std::current_exception();
         }
+        if (timed) r.end = std::chrono::steady_clock::now();
       }
-      if (j.observer != nullptr) r.end = std::chrono::steady_clock::now();
       j.finished.fetch_add(1, std::memory_order_acq_rel);
     }
-    if (j.observer != nullptr && r.ran > 0) {
-      try {
-        j.observer(r);
-      } catch (...) {  // a report that cannot be made (out of memory) is dropped, never the job
-      }
+    return r;
+  }
+  /// Hands r to observer (null: nobody listens); a report that cannot be made (out of memory)
+  /// is dropped, never the job.
+  static void report(work_observer_fn observer, const work_report& r) noexcept {
+    if (observer == nullptr || r.ran == 0) return;
+    try {
+      observer(r);
+    } catch (...) {
     }
   }
 
@@ -199,12 +207,14 @@ class thread_pool {
         cv_.wait(lock, [&] { return stop_ || (j = take()) != nullptr; });
         if (!j) return;  // stop_
       }
-      work_on(*j, false);
+      const work_observer_fn observer = j->observer;
+      const work_report r = work_on(*j, false);
       {
         std::lock_guard lock(mu_);
         --j->holders;  // after this the caller may return and j may be gone
       }
       done_cv_.notify_all();
+      report(observer, r);  // after letting go: the caller does not wait for the trace
     }
   }
 

@@ -328,10 +328,10 @@ class no_grad {
 /// stop_gradient): a copy statement recorded outside the tape.
 template <class X>
   requires(detail::tensor_like<X> || detail::node<X>)
-auto detach(const X& x) {
+auto detach(const X& x, xtpu::source_location where = xtpu::source_location::current()) {
   using N = detail::node_t<const X&>;
   const no_grad scope;
-  return detail::tensor_for_t<typename N::value_type, typename N::shape_type>(detail::as_node(x));
+  return detail::tensor_for_t<typename N::value_type, typename N::shape_type>(detail::as_node(x), where);
 }
 
 /// The gradients of loss (one floating element, pending in this thread's step) with respect to

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -69,28 +68,28 @@ inline std::string describe(const kernel_desc& k) {
 }
 inline std::string describe(const graph_sketch::stmt& s) { return describe(s.kernels[s.n_kernels - 1]); }
 
+/// "statement 3", or "statements 0-8" for statements first..last of a step.
+inline std::string statements_text(std::size_t first, std::size_t last) {
+  return first == last ? "statement " + std::to_string(first)
+                       : "statements " + std::to_string(first) + "-" + std::to_string(last);
+}
 /// "statement 3 at main (train.cpp:45)": statement i of a step and the line that recorded it.
 inline std::string statement_text(std::size_t i, const xtpu::source_location& where) {
-  return "statement " + std::to_string(i) + (where.line() != 0 ? " at " + debug::detail::frame_text(where) : "");
+  return statements_text(i, i) + (where.line() != 0 ? " at " + debug::detail::frame_text(where) : "");
 }
 
 /// Where a step's statements were recorded, a run of consecutive statements of one line per
-/// entry ("statements 0-8: main (train.cpp:42)"), at most `limit` entries and a count of the rest.
+/// entry ("statements 0-8: main (train.cpp:42)"), at most `limit` entries, then the range of the rest.
 inline std::vector<std::string> recorded_at(const std::vector<statement>& ss, std::size_t limit = 12) {
   std::vector<std::string> out;
-  auto same = [](const xtpu::source_location& a, const xtpu::source_location& b) {
-    return a.line() == b.line() && std::string_view(a.file_name()) == b.file_name() &&
-           std::string_view(a.function_name()) == b.function_name();
-  };
   std::size_t i = 0;
   for (; i < ss.size() && out.size() < limit;) {
     std::size_t j = i + 1;
-    while (j < ss.size() && same(ss[j].where, ss[i].where)) ++j;
-    out.push_back((j - i == 1 ? "statement " + std::to_string(i) : "statements " + std::to_string(i) + "-" + std::to_string(j - 1)) +
-                  ": " + debug::detail::frame_text(ss[i].where));
+    while (j < ss.size() && same_place(ss[j].where, ss[i].where)) ++j;
+    out.push_back(statements_text(i, j - 1) + ": " + debug::detail::frame_text(ss[i].where));
     i = j;
   }
-  if (i < ss.size()) out.push_back("... and statements " + std::to_string(i) + "-" + std::to_string(ss.size() - 1));
+  if (i < ss.size()) out.push_back("... and " + statements_text(i, ss.size() - 1));
   return out;
 }
 

@@ -3,7 +3,8 @@
 // Provides: xtpu::mark_step(), xtpu::discard_step(), xtpu::no_recompile_after(n), xtpu::allow_recompiles(),
 // xtpu::lazy::{pending_statements, explain, plan_cache_entries, plan_cache_capacity,
 // set_plan_cache_capacity, clear_plan_cache}, and in detail the step that records statements,
-// keys them and runs them (the plan and its passes: lazy/plan.hpp).
+// keys them and runs them (the plan and its passes: lazy/plan.hpp), and site_scope /
+// recording_site (the caller's line for statements a library call records on its behalf).
 //
 // Model (docs/lazy.md, docs/devices.md): every thread has one pending step per device (chip)
 // it uses. Assigning an expression to a tensor records a statement in the step of the chip its
@@ -984,13 +985,15 @@ inline void settle_thread() noexcept { thread_steps::get().settle(); }
 /// optimizer's state is always read by its update. A value has one link: the first assignment
 /// of it to a tensor (or slot) that held another value; a later copy of it elsewhere shares it,
 /// and its fate (docs/lazy.md#dropping-a-step). A value already in handle's chain (`a = c`
-/// after `c = a; a = e`) is not linked again: no cycle.
+/// after `c = a; a = e`) is not linked again: no cycle. A value only `next` holds is in no chain
+/// (a link holds its value): `t = e`, a statement recorded just now, links without a walk.
 inline void replace(std::shared_ptr<storage>& handle, std::shared_ptr<storage> next) noexcept {
   if (next && !next->previous && handle) {
     const void* o = next->owner.load(std::memory_order_relaxed);
     if (thread_steps::get().owns(o) && static_cast<const step*>(o)->holds(handle.get())) {
       bool in_chain = false;
-      for (const storage* p = handle.get(); p != nullptr && !in_chain; p = p->previous.get()) in_chain = p == next.get();
+      if (next.use_count() > 1)
+        for (const storage* p = handle.get(); p != nullptr && !in_chain; p = p->previous.get()) in_chain = p == next.get();
       if (!in_chain) next->previous = std::move(handle);
     }
   }

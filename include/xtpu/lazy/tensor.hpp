@@ -319,11 +319,11 @@ auto as_tensor(const X& x) {
 
 template <class D>
 auto node_base<D>::item(xtpu::source_location where) const {
-  return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this)).item(where);
+  return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this), where).item(where);
 }
 template <class D>
 auto node_base<D>::to_host(xtpu::source_location where) const {
-  return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this)).to_host(where);
+  return tensor_for_t<typename D::value_type, typename D::shape_type>(static_cast<const D&>(*this), where).to_host(where);
 }
 }  // namespace detail
 
@@ -335,12 +335,13 @@ auto node_base<D>::to_host(xtpu::source_location where) const {
 /// (E101); the result has x's shape and dtype (E102, E205): `x += 1.0f` keeps a bf16 x in
 /// bf16, a float operand added to a bf16 x needs cast<bf16>, and an int32 `n /= 2` is E205
 /// (int32 / int32 is true division). x's static type picks the assignment: a parameter seen
-/// as a plain tensor& is rebound without its link, as with `=`.
+/// as a plain tensor& is rebound without its link, as with `=`. Its statement has no source line
+/// (an operator cannot take the caller's; inside an optimizer's step it has the step's).
 #define XTPU_COMPOUND_ASSIGNMENT(SYMBOL)                                                                   \
   template <class X, class E>                                                                              \
     requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x SYMBOL e; }) \
   X& operator SYMBOL##=(X& x, const E& e) {                                                                \
-    return x = x SYMBOL e;                                                                                 \
+    return x = typename X::tensor_type(x SYMBOL e, xtpu::source_location{});                               \
   }
 XTPU_COMPOUND_ASSIGNMENT(+)
 XTPU_COMPOUND_ASSIGNMENT(-)

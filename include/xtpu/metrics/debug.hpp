@@ -131,7 +131,8 @@ inline std::string frame_text(const xtpu::source_location& l) {
     const std::string_view self = __FILE__, tail = "xtpu/metrics/debug.hpp";
     return self.ends_with(tail) ? self.substr(0, self.size() - tail.size()) : std::string_view();
   }();
-  if (!own_root.empty() && file.starts_with(own_root)) file.remove_prefix(own_root.size());
+  if (!own_root.empty() && file.starts_with(own_root) && file.substr(own_root.size()).starts_with("xtpu/"))
+    file.remove_prefix(own_root.size());
   return std::string(function) + " (" + std::string(file) + ":" + std::to_string(l.line()) + ")";
 }
 
