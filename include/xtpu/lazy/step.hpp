@@ -48,6 +48,7 @@
 #include "xtpu/error.hpp"
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/eval/program.hpp"
+#include "xtpu/kernels/thread_pool.hpp"
 #include "xtpu/lazy/plan.hpp"
 #include "xtpu/lazy/recompile.hpp"
 #include "xtpu/metrics/debug.hpp"
@@ -71,6 +72,20 @@ struct storage {
   std::weak_ptr<grad_slot> param;           // the nn::parameter whose value this is (lazy/grad.hpp)
   std::shared_ptr<storage> previous;        // while pending: the value an assignment replaced (discard)
 };
+
+/// A thread's share of a job split over the thread pool, in the trace: "pool work" on its
+/// job's tag's track (execute() tags its jobs with the chip's trace_pid).
+inline void trace_pool_work(const kernels::detail::work_report& w) {
+  auto& r = trace::detail::recorder::get();
+  r.add(trace::detail::event{"pool work", "pool", 'X', r.since_start_us(w.begin),
+                             std::chrono::duration<double, std::micro>(w.end - w.begin).count(), w.tag, r.thread_id(),
+                             "\"pieces\": " + std::to_string(w.ran) + ", \"of\": " + std::to_string(w.n) +
+                                 ", \"thread\": \"" + (w.caller ? "the caller" : "a pool worker") + "\""});
+}
+/// The trace recorder's listener: the pool reports to trace_pool_work while a trace records.
+inline void follow_trace(bool on) noexcept {
+  kernels::detail::work_observer().store(on ? &trace_pool_work : nullptr, std::memory_order_release);
+}
 
 /// Chip c's process in a trace (pid 0 is the host), named on first use.
 inline int trace_pid(const chip& c) {
@@ -285,6 +300,8 @@ inline void check_environment() {
     (void)xtpu::detail::use_bf16_cell();         // XTPU_USE_BF16
     (void)debug::detail::level_cell();           // XTPU_DEBUG
     (void)trace::detail::recorder::get();        // XTPU_TRACE: recording starts here
+    trace::detail::recorder::listener().store(&xtpu::detail::follow_trace, std::memory_order_release);
+    xtpu::detail::follow_trace(trace::enabled());  // the pool reports to a trace while one records
     return true;
   }();
   (void)checked;

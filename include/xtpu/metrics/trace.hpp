@@ -4,9 +4,9 @@
 // Provides: xtpu::trace::{enabled, start, stop}, and in xtpu::trace::detail the span the
 // runtime records with (lazy/step.hpp: step, compile, execute, each kernel — a matmul with its
 // shape and the cycle model's MXU utilization, a fused loop with its outputs —; lazy/tensor.hpp:
-// transfers and sync points; data/loader.hpp: the loader's batches; the thread pool: each
-// thread's share of a job split over it, as "pool work" on the track of the device whose step
-// started it).
+// transfers and sync points; data/loader.hpp: the loader's batches; lazy/step.hpp, told by
+// recorder::listener() when recording starts and stops: each thread's share of a job split
+// over the thread pool, as "pool work" on the track of the device whose step started it).
 // Setting: XTPU_TRACE = a path; recording starts with the process (the first step or tensor)
 // and the file is written at exit — or between xtpu::trace::start(path) and stop().
 // Layout: {"traceEvents": [...], "displayTimeUnit": "ms"} with complete events
@@ -28,8 +28,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include "xtpu/kernels/thread_pool.hpp"
 
 namespace xtpu::trace {
 
@@ -77,15 +75,14 @@ class recorder {
     path_ = std::move(path);
     t0_ = clock::now();
     on_.store(!path_.empty(), std::memory_order_relaxed);
-    kernels::detail::work_observer().store(on_.load(std::memory_order_relaxed) ? &on_pool_work : nullptr,
-                                           std::memory_order_release);
+    if (const listener_fn f = listener().load(std::memory_order_acquire)) f(on_.load(std::memory_order_relaxed));
   }
   /// Stops recording and writes the file; returns its path ("" when nothing was recording).
   std::string stop() {
     std::lock_guard lock(mu_);
     if (!on_.load(std::memory_order_relaxed)) return "";
     on_.store(false, std::memory_order_relaxed);
-    kernels::detail::work_observer().store(nullptr, std::memory_order_release);
+    if (const listener_fn f = listener().load(std::memory_order_acquire)) f(false);
     write_locked();
     return path_;
   }
@@ -107,16 +104,15 @@ class recorder {
     processes_[pid] = std::move(name);
   }
   ~recorder() { (void)stop(); }
+  /// Told when recording starts (true) or stops (false); null: nobody listens. A listener set
+  /// later reads on() once itself.
+  using listener_fn = void (*)(bool on);
+  static std::atomic<listener_fn>& listener() noexcept {
+    static std::atomic<listener_fn> f{nullptr};
+    return f;
+  }
 
  private:
-  /// A thread's share of a pool job: "pool work" on its tag's track (the device's pid).
-  static void on_pool_work(const kernels::detail::work_report& w) {
-    auto& r = get();
-    r.add(event{"pool work", "pool", 'X', r.since_start_us(w.begin), std::chrono::duration<double, std::micro>(w.end - w.begin).count(),
-                w.tag, r.thread_id(),
-                "\"pieces\": " + std::to_string(w.ran) + ", \"of\": " + std::to_string(w.n) +
-                    ", \"thread\": \"" + (w.caller ? "the caller" : "a pool worker") + "\""});
-  }
   recorder() {
     if (const char* p = std::getenv("XTPU_TRACE"); p != nullptr && *p != '\0') start(p);
     processes_[0] = "host";
