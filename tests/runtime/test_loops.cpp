@@ -317,6 +317,56 @@ TEST(Loops, ElementwiseChainsBroadcastsAndLayoutsGiveTheSameBitsEverywhere) {
   });
 }
 
+// A float output of a quarter of the cache or more is stored past the cache (eval/loop.hpp,
+// streams_output); lowered to every output here: rows that start unaligned (1010 and 500
+// floats), a piece per thread, an output in an input's buffer (not streamed), and bf16 and
+// int32 outputs (never streamed) all keep the bits of plain stores.
+TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
+  auto x = device<float, 64, 1000>(values(64 * 1000, 1, 3.0f));
+  auto y = device<float, 64, 1000>(values(64 * 1000, 2, 3.0f));
+  auto row = device<float, 1000>(values(1000, 3));
+  auto big = device<float, 400, 512>(values(400 * 512, 6, 2.0f));
+  const auto body = [&] {
+    std::vector<float> out;
+    xtpu::tensor<float, 64, 1000> chain = xtpu::maximum(x * y + row, 0.0f) * y;
+    xtpu::tensor<float, 64, 1010> pd = xtpu::pad<1, 4, 6>(x, 0.5);
+    xtpu::tensor<float, 64, 500> sl = xtpu::slice<1, 250, 750>(x) + 1.0f;
+    xtpu::tensor<float, 400, 512> threaded = xtpu::exp(-big * big) * big + 1.0f;
+    xtpu::tensor<xtpu::bf16, 64, 1000> half = xtpu::cast<xtpu::bf16>(x * 1.5f);
+    xtpu::tensor<std::int32_t, 64, 1000> ints = xtpu::cast<std::int32_t>(y * 10.0f);
+    xtpu::tensor<float, 64, 1000> in_place = xtpu::full<float, 64, 1000>(2.0f);
+    xtpu::mark_step();
+    in_place = in_place * x + 1.0f;  // its buffer is the output's: donated, stored plainly
+    xtpu::mark_step();
+    append(out, chain);
+    append(out, pd);
+    append(out, sl);
+    append(out, threaded);
+    append(out, half);
+    append(out, ints);
+    append(out, in_place);
+    return out;
+  };
+  auto& least = xtpu::detail::stream_bytes();
+  const std::size_t saved = least.load();
+  least = SIZE_MAX;
+  EXPECT_FALSE(xtpu::detail::streams_output(std::size_t{1} << 40));
+  const std::vector<float> plain = body();
+  least = 0;
+  EXPECT_TRUE(xtpu::detail::streams_output(4));
+  every_path([&] {
+    const std::vector<float> got = body();
+    EXPECT_EQ(got.size(), plain.size());
+    for (std::size_t i = 0; i < got.size() && i < plain.size(); ++i)
+      if (bits(got[i]) != bits(plain[i])) {
+        ADD_FAILURE() << "element " << i << ": streamed " << got[i] << ", stored " << plain[i];
+        break;
+      }
+    return got;
+  });
+  least = saved;
+}
+
 TEST(Loops, ReductionsSoftmaxAndMultiOutputLoopsGiveTheSameBitsEverywhere) {
   auto x = device<float, 64, 1000>(values(64 * 1000, 7, 4.0f));
   auto b = device<xtpu::bf16, 30, 17>(values(30 * 17, 8, 4.0f));

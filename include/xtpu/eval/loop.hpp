@@ -5,6 +5,8 @@
 //   detail::loop_range<N, P>(bound, out, begin, end) — elements [begin, end) of N, a packet at a
 //     time on path P inside each block of N's last Q axes (Q: loop_q, the largest block with
 //     no gather, or the largest at least a packet long), the rest one element at a time;
+//   detail::streams_output(bytes) — whether a loop stores its output past the cache (from
+//     stream_bytes(), a quarter of the largest cache);
 //   detail::for_ranges(n, grain, f) — f(begin, end) over [0, n) elements split into pieces of at
 //     least `grain` for the thread pool (one piece, on the caller, below it); for_units the
 //     same over rows or blocks (pieces not rounded to 64);
@@ -19,7 +21,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -50,9 +54,26 @@ inline constexpr std::size_t loop_q = [] {
   }
 }();
 
-/// Elements [begin, end) of the statement `out = N`, on path P.
+/// Whether a loop writes its output of `bytes` past the cache (kernels::simd::store_stream):
+/// a float output of at least a quarter of the largest cache, in a buffer none of its inputs
+/// is in. Such an output leaves the cache before anything reads it again anyway, and a
+/// streamed store saves the read of each line a plain store makes first (one pass over the
+/// output in five of `max(a*b+c, 0)*d`). An output that is an input's buffer is not streamed:
+/// its lines are in the cache already (streaming them measured twice as slow).
+/// The least output streamed: a quarter of the largest cache (tests lower it to stream small
+/// outputs).
+inline std::atomic<std::size_t>& stream_bytes() noexcept {
+  static std::atomic<std::size_t> bytes{kernels::detail::last_level_cache_bytes() / 4};
+  return bytes;
+}
+inline bool streams_output(std::size_t bytes) noexcept {
+  return bytes >= stream_bytes().load(std::memory_order_relaxed);
+}
+
+/// Elements [begin, end) of the statement `out = N`, on path P; `stream`: float packets at
+/// aligned addresses stored past the cache (streams_output), fenced before it returns.
 template <class N, path P>
-void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, std::size_t end) noexcept {
+void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, std::size_t end, bool stream = false) noexcept {
   using T = typename N::value_type;
   constexpr std::size_t W = width_v<P>;
   constexpr std::size_t Q = P == path::scalar ? 0 : loop_q<N, W>;
@@ -63,8 +84,20 @@ void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, 
     std::size_t i = begin;
     while (i < end) {
       const std::size_t stop = std::min(end, (i / R + 1) * R);
-      for (; i + W <= stop; i += W) store_lanes<T>(out + i, evaluator<N>::template packet<slots{}, P, Q>(b, i));
+      for (; i + W <= stop; i += W) {
+        const auto v = evaluator<N>::template packet<slots{}, P, Q>(b, i);
+        if constexpr (std::is_same_v<T, float>) {
+          if (stream && reinterpret_cast<std::uintptr_t>(out + i) % sizeof(v) == 0) {
+            kernels::simd::store_stream(out + i, v);
+            continue;
+          }
+        }
+        store_lanes<T>(out + i, v);
+      }
       for (; i < stop; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (stream) kernels::simd::stream_fence();
     }
   }
 }

@@ -61,12 +61,18 @@ void run_materialized(const bound& b, void* dst) {
 /// Elements [begin, end) of the loop `dst = L`, on the active path (kernels/simd.hpp), in
 /// xtpu's floating-point environment. L is a statement's loop_t (eval/flat.hpp): one function
 /// for the statements that differ only in shape.
+/// `stream`: loop_range's (streams_output).
 template <class L>
-void run_elementwise_range(const bound& b, void* dst, std::size_t begin, std::size_t end) {
+void run_elementwise_range(const bound& b, void* dst, std::size_t begin, std::size_t end, bool stream) {
   kernels::simd::fp_env env;
   kernels::simd::dispatch([&](auto p) {
-    loop_range<L, decltype(p)::value>(b, static_cast<typename L::value_type*>(dst), begin, end);
+    loop_range<L, decltype(p)::value>(b, static_cast<typename L::value_type*>(dst), begin, end, stream);
   });
+}
+/// run_elementwise_range with plain stores: a multi-output loop's pieces (kernel_desc::run_range).
+template <class L>
+void run_elementwise_range(const bound& b, void* dst, std::size_t begin, std::size_t end) {
+  run_elementwise_range<L>(b, dst, begin, end, false);
 }
 
 /// Elements a loop gives each thread at least (below twice this it runs on the caller alone).
@@ -76,17 +82,23 @@ inline constexpr std::size_t loop_grain = 32768;
 struct elementwise_pieces {
   const bound* b;
   void* dst;
+  bool stream;
 };
 /// A piece of the loop L: one function for every statement whose loop is L, whatever its shape.
 template <class L>
 void run_elementwise_piece(void* ctx, std::size_t begin, std::size_t end) {
   const auto* p = static_cast<const elementwise_pieces*>(ctx);
-  run_elementwise_range<L>(*p->b, p->dst, begin, end);
+  run_elementwise_range<L>(*p->b, p->dst, begin, end, p->stream);
 }
 /// The loop `dst = N` over all its elements, in pieces on the thread pool (for_ranges' split).
 template <class N>
 void run_elementwise(const bound& b, void* dst) {
-  elementwise_pieces p{&b, dst};
+  bool stream = false;
+  if constexpr (std::is_same_v<typename N::value_type, float>) {
+    stream = streams_output(N::shape_type::size * sizeof(float));
+    for (std::size_t l = 0; stream && l < N::n_leaves; ++l) stream = b.leaves[l] != dst;
+  }
+  elementwise_pieces p{&b, dst, stream};
   run_ranges(N::shape_type::size, loop_grain, 64, &run_elementwise_piece<loop_t<N>>, &p);
 }
 

@@ -11,7 +11,8 @@
 // (steps come back to back), then sleep.
 // A job's split never changes what any output element computes (each index is a fixed piece of
 // the output, computed in k order by whichever thread claims it).
-// Observing it (metrics/trace.hpp installs one while a trace records): work_observer() is
+// Observing it (lazy/step.hpp's follow_trace installs one while a trace records, told by the
+// trace recorder's listener()): work_observer() is
 // called on each thread that ran indices of a job, once it has no more to claim and has let go
 // of the job — when its first index started and its last ended, how many of the n indices it
 // ran, and the job's tag (job_tag() of the thread that started the job; a thread running a

@@ -694,8 +694,9 @@ class step {
   void execute(const plan& p) {
     auto& c = counters::get();
     time_sample t{c.execute_time};
-    trace::detail::span traced("execute", "execute", trace_pid());
-    const kernels::detail::job_tag_scope tag(trace_pid());  // pool work is traced on this chip's track
+    const int pid = trace_pid();
+    trace::detail::span traced("execute", "execute", pid);
+    const kernels::detail::job_tag_scope tag(pid);  // pool work is traced on this chip's track
     // 1. every allocation first: a throw here leaves the step pending and intact
     auto& buffers = buffers_;
     buffers.clear();
