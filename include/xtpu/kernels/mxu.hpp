@@ -210,6 +210,19 @@ __attribute__((target("avx2"))) inline __m256i load8(const void* src, bool bf16,
               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const float*>(src) + i));
 }
 
+/// n < 8 source values from element i (f32, or bf16 widened) as f32 bits, zero lanes past n
+/// (a zero converts to zero); no address past the n values is read.
+__attribute__((target("avx2"))) inline __m256i load8(const void* src, bool bf16, std::size_t i, std::size_t n) noexcept {
+  if (bf16) {
+    alignas(16) std::uint16_t part[8] = {};
+    std::copy_n(static_cast<const std::uint16_t*>(src) + i, n, part);
+    return load8(part, true, 0);
+  }
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lane);
+  return _mm256_castps_si256(_mm256_maskload_ps(static_cast<const float*>(src) + i, mask));
+}
+
 /// n contiguous values from src (f32 or bf16) -> dst, converted; swap: in pair order.
 __attribute__((target("avx2"))) inline void convert_run_avx2(const void* src, bool bf16, std::size_t n, bool swap,
                                                             float* dst) noexcept {
@@ -399,8 +412,12 @@ template <bool Bf16>
 __attribute__((target("avx2"))) inline void rows_to_panels_avx2(const void* src, std::size_t lds, std::size_t p0,
                                                                std::size_t kc, std::size_t nc, std::size_t nr,
                                                                std::size_t pstride, float* out) noexcept {
+  // a short row (a narrow B: 10 classes) ends in one masked vector, then whole zero vectors
   XTPU_ROWS_TO_PANELS(std::size_t j = 0; for (; j + 8 <= n; j += 8) convert8_avx2<Bf16>(src, i + j, dst + j);
-                      convert_scalar(src, Bf16, i, 1, j, n, false, dst); std::fill(dst + n, dst + nr, 0.0f);)
+                      if (j < n) {
+                        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), mxu_bits8(load8(src, Bf16, i + j, n - j)));
+                        j += 8;
+                      } for (; j < nr; j += 8) _mm256_storeu_ps(dst + j, _mm256_setzero_ps());)
 }
 #endif
 #undef XTPU_ROWS_TO_PANELS
