@@ -317,10 +317,11 @@ TEST(Loops, ElementwiseChainsBroadcastsAndLayoutsGiveTheSameBitsEverywhere) {
   });
 }
 
-// A float output of a quarter of the cache or more is stored past the cache (eval/loop.hpp,
+// A float output of half the cache or more is stored past the cache (eval/loop.hpp,
 // streams_output); lowered to every output here: rows that start unaligned (1010 and 500
-// floats), a piece per thread, an output in an input's buffer (not streamed), and bf16 and
-// int32 outputs (never streamed) all keep the bits of plain stores.
+// floats: elements one at a time up to an aligned address, then packets), a piece per thread,
+// an output in an input's buffer (not streamed), and bf16 and int32 outputs (never streamed)
+// all keep the bits of plain stores.
 TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
   auto x = device<float, 64, 1000>(values(64 * 1000, 1, 3.0f));
   auto y = device<float, 64, 1000>(values(64 * 1000, 2, 3.0f));
@@ -337,6 +338,8 @@ TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
     xtpu::tensor<float, 64, 1000> in_place = xtpu::full<float, 64, 1000>(2.0f);
     xtpu::mark_step();
     in_place = in_place * x + 1.0f;  // its buffer is the output's: donated, stored plainly
+    const std::string plan = xtpu::lazy::explain();
+    EXPECT_NE(plan.find("in place of input"), std::string::npos) << plan;
     xtpu::mark_step();
     append(out, chain);
     append(out, pd);
@@ -350,10 +353,13 @@ TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
   auto& least = xtpu::detail::stream_bytes();
   const std::size_t saved = least.load();
   least = SIZE_MAX;
-  EXPECT_FALSE(xtpu::detail::streams_output(std::size_t{1} << 40));
+  EXPECT_FALSE(xtpu::detail::streams_output(std::size_t{1} << 40, nullptr, nullptr, 0));
   const std::vector<float> plain = body();
   least = 0;
-  EXPECT_TRUE(xtpu::detail::streams_output(4));
+  const float somewhere = 0.0f;
+  const void* input = &somewhere;
+  EXPECT_TRUE(xtpu::detail::streams_output(4, nullptr, &input, 1));
+  EXPECT_FALSE(xtpu::detail::streams_output(4, input, &input, 1));  // an input's buffer
   every_path([&] {
     const std::vector<float> got = body();
     EXPECT_EQ(got.size(), plain.size());

@@ -2,11 +2,12 @@
 // and the one reduction order, on every lane width and thread count.
 //
 // Provides:
-//   detail::loop_range<N, P>(bound, out, begin, end) — elements [begin, end) of N, a packet at a
-//     time on path P inside each block of N's last Q axes (Q: loop_q, the largest block with
-//     no gather, or the largest at least a packet long), the rest one element at a time;
-//   detail::streams_output(bytes) — whether a loop stores its output past the cache (from
-//     stream_bytes(), a quarter of the largest cache);
+//   detail::loop_range<N, P>(bound, out, begin, end, stream) — elements [begin, end) of N, a
+//     packet at a time on path P inside each block of N's last Q axes (Q: loop_q, the largest
+//     block with no gather, or the largest at least a packet long), the rest one element at a
+//     time; `stream`: the output stored past the cache;
+//   detail::streams_output(bytes, out, leaves, n) — whether a loop stores its output past the
+//     cache (from stream_bytes(), half the largest cache);
 //   detail::for_ranges(n, grain, f) — f(begin, end) over [0, n) elements split into pieces of at
 //     least `grain` for the thread pool (one piece, on the caller, below it); for_units the
 //     same over rows or blocks (pieces not rounded to 64);
@@ -27,7 +28,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "xtpu/device/device.hpp"  // use_bf16
 #include "xtpu/eval/elementwise.hpp"
+#include "xtpu/kernels/cache.hpp"
 #include "xtpu/kernels/cpu.hpp"
 #include "xtpu/kernels/simd.hpp"
 #include "xtpu/kernels/thread_pool.hpp"
@@ -54,24 +57,30 @@ inline constexpr std::size_t loop_q = [] {
   }
 }();
 
-/// Whether a loop writes its output of `bytes` past the cache (kernels::simd::store_stream):
-/// a float output of at least a quarter of the largest cache, in a buffer none of its inputs
-/// is in. Such an output leaves the cache before anything reads it again anyway, and a
-/// streamed store saves the read of each line a plain store makes first (one pass over the
-/// output in five of `max(a*b+c, 0)*d`). An output that is an input's buffer is not streamed:
-/// its lines are in the cache already (streaming them measured twice as slow).
-/// The least output streamed: a quarter of the largest cache (tests lower it to stream small
-/// outputs).
+/// The least output streamed: half the largest cache (tests lower it to stream small outputs).
 inline std::atomic<std::size_t>& stream_bytes() noexcept {
-  static std::atomic<std::size_t> bytes{kernels::detail::last_level_cache_bytes() / 4};
+  static std::atomic<std::size_t> bytes{kernels::detail::last_level_cache_bytes() / 2};
   return bytes;
 }
-inline bool streams_output(std::size_t bytes) noexcept {
-  return bytes >= stream_bytes().load(std::memory_order_relaxed);
+/// Whether the loop `out = N` writes its float output of `bytes` past the cache
+/// (kernels::simd::store_stream): when the output is at least stream_bytes(), so that with any
+/// input it does not fit in the cache and leaves it before anything reads it again; a
+/// streamed store saves the read of each line a plain store makes first (one pass over memory
+/// in six for `max(a*b+c, 0)*d`). Not when the output is one of the loop's inputs (`leaves`,
+/// n of them: a donated buffer), whose lines are in the cache already (streaming them
+/// measured twice as slow), nor under XTPU_USE_BF16, whose rounding pass reads the output
+/// straight back. Multi-output, row and matmul-epilogue loops store plainly.
+inline bool streams_output(std::size_t bytes, const void* out, const void* const* leaves, std::size_t n) noexcept {
+  if (bytes < stream_bytes().load(std::memory_order_relaxed) || xtpu::use_bf16()) return false;
+  for (std::size_t l = 0; l < n; ++l)
+    if (leaves[l] == out) return false;
+  return true;
 }
 
-/// Elements [begin, end) of the statement `out = N`, on path P; `stream`: float packets at
-/// aligned addresses stored past the cache (streams_output), fenced before it returns.
+/// Elements [begin, end) of the statement `out = N`, on path P; `stream`: a float output's
+/// packets stored past the cache (streams_output) — each block's elements one at a time up to
+/// the first address a packet may stream to, then packets from there (where packets start
+/// changes no bits) — fenced before it returns.
 template <class N, path P>
 void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, std::size_t end, bool stream = false) noexcept {
   using T = typename N::value_type;
@@ -84,16 +93,16 @@ void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, 
     std::size_t i = begin;
     while (i < end) {
       const std::size_t stop = std::min(end, (i / R + 1) * R);
-      for (; i + W <= stop; i += W) {
-        const auto v = evaluator<N>::template packet<slots{}, P, Q>(b, i);
-        if constexpr (std::is_same_v<T, float>) {
-          if (stream && reinterpret_cast<std::uintptr_t>(out + i) % sizeof(v) == 0) {
-            kernels::simd::store_stream(out + i, v);
-            continue;
-          }
+      if constexpr (std::is_same_v<T, float>) {
+        if (stream) {
+          for (; i < stop && reinterpret_cast<std::uintptr_t>(out + i) % (W * sizeof(float)) != 0; ++i)
+            out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
+          for (; i + W <= stop; i += W) kernels::simd::store_stream(out + i, evaluator<N>::template packet<slots{}, P, Q>(b, i));
+          for (; i < stop; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
+          continue;
         }
-        store_lanes<T>(out + i, v);
       }
+      for (; i + W <= stop; i += W) store_lanes<T>(out + i, evaluator<N>::template packet<slots{}, P, Q>(b, i));
       for (; i < stop; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
     }
     if constexpr (std::is_same_v<T, float>) {

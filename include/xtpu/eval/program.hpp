@@ -94,10 +94,8 @@ void run_elementwise_piece(void* ctx, std::size_t begin, std::size_t end) {
 template <class N>
 void run_elementwise(const bound& b, void* dst) {
   bool stream = false;
-  if constexpr (std::is_same_v<typename N::value_type, float>) {
-    stream = streams_output(N::shape_type::size * sizeof(float));
-    for (std::size_t l = 0; stream && l < N::n_leaves; ++l) stream = b.leaves[l] != dst;
-  }
+  if constexpr (std::is_same_v<typename N::value_type, float>)
+    stream = streams_output(N::shape_type::size * sizeof(float), dst, b.leaves, N::n_leaves);
   elementwise_pieces p{&b, dst, stream};
   run_ranges(N::shape_type::size, loop_grain, 64, &run_elementwise_piece<loop_t<N>>, &p);
 }

@@ -6,8 +6,6 @@
 // -march=x86-64 and an -march=native build run the same code. XTPU_ISA forces a path
 // (scalar | avx2 | avx512 | avx512bf16); XTPU_NUM_THREADS sets the thread count, 1 to
 // max_threads (default: all cores). Every path gives the same bits (DESIGN.md §4).
-// kernels::detail::last_level_cache_bytes() — the largest data cache's size (Linux's sysfs,
-// else glibc's sysconf, else 32 MiB): what decides whether a loop's output streams past the cache.
 // Errors: config_error (settings.hpp's rule) for an unknown path, a path this CPU cannot run,
 // or a thread count out of range — from the environment at start-up or from a setter.
 #pragma once
@@ -16,13 +14,10 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>  // sysconf: cache sizes
 
 #include "xtpu/error.hpp"
 #include "xtpu/settings.hpp"
@@ -122,36 +117,6 @@ inline std::atomic<int>& isa_cell() {
     return static_cast<int>(e ? parse_isa(*e) : best_isa());
   }()};
   return cell;
-}
-
-/// The size of the largest data cache, read once: Linux's own figure for CPU 0 (sysfs, what
-/// lscpu shows), else glibc's (sysconf: on a VM it may be the host's sum of every L3), else
-/// 32 MiB.
-inline std::size_t last_level_cache_bytes() noexcept {
-  static const std::size_t bytes = [] {
-    std::size_t best = 0;
-    try {
-      for (int i = 0; i < 8; ++i) {
-        const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-        std::ifstream type(dir + "type"), size(dir + "size");
-        std::string t;
-        std::size_t kib = 0;
-        char unit = 0;
-        if (!(type >> t) || !(size >> kib >> unit)) continue;
-        if (t != "Instruction" && unit == 'K') best = std::max(best, kib << 10);
-        if (t != "Instruction" && unit == 'M') best = std::max(best, kib << 20);
-      }
-    } catch (...) {  // out of memory reading sysfs: the fallbacks below
-    }
-    long b = -1;
-#if defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
-    if (best == 0) b = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (best == 0 && b <= 0) b = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-    if (best == 0 && b > 0) best = static_cast<std::size_t>(b);
-    return best > 0 ? best : std::size_t{32} << 20;
-  }();
-  return bytes;
 }
 
 /// Threads when XTPU_NUM_THREADS is not set: every core.

@@ -11,7 +11,7 @@
 //   mul, to_bits, from_bits, select, to_int_trunc, to_float_of — written once for both kinds
 //     of lanes, so a loop's scalar tail and its SIMD body compute the same bits;
 //   store_stream(p, v) / stream_fence() — a store that skips the cache (no read of the line
-//     first: a loop whose output is far larger than the cache writes it once, not twice), and
+//     first: a loop whose output will not stay in the cache writes it once, not twice), and
 //     the fence that orders such stores before the end of a piece of work;
 //   fp_env — the floating-point environment loops run in (round to nearest, no flush-to-zero,
 //     whatever the process set), saved and restored around a loop.
@@ -289,13 +289,13 @@ inline constexpr bool is_mask_v = false;
 template <class A>
 inline constexpr bool is_mask_v<xsimd::batch_bool<float, A>> = true;
 
-/// v at p (p aligned to sizeof v) with a non-temporal hint: the line is not read into the
-/// cache first. The bits are v's. Weakly ordered: stream_fence() before another thread may
-/// read them.
+/// v at p (p aligned to sizeof v) with a non-temporal hint on x86: the line is not read into
+/// the cache first (elsewhere a plain aligned store). The bits are v's. Weakly ordered:
+/// stream_fence() before another thread may read them.
 template <class A>
 inline void store_stream(float* p, xsimd::batch<float, A> v) noexcept {
-  using reg = typename xsimd::batch<float, A>::register_type;
 #if XTPU_X86
+  using reg = typename xsimd::batch<float, A>::register_type;
   if constexpr (sizeof(reg) == 16) _mm_stream_ps(p, static_cast<reg>(v));
   else if constexpr (sizeof(reg) == 32) _mm256_stream_ps(p, static_cast<reg>(v));
   else if constexpr (sizeof(reg) == 64) _mm512_stream_ps(p, static_cast<reg>(v));

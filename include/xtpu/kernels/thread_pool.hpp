@@ -18,6 +18,7 @@
 // ran, and the job's tag (job_tag() of the thread that started the job; a thread running a
 // job's indices has that tag, so nested jobs keep it). A job of one index runs on the caller
 // and is not reported. Null (the default): one acquire load per job, a test per index.
+// settle_reports() waits for the reports of jobs that have returned (a trace stopping).
 #pragma once
 
 #include <atomic>
@@ -44,6 +45,16 @@ using work_observer_fn = void (*)(const work_report&);
 inline std::atomic<work_observer_fn>& work_observer() noexcept {
   static std::atomic<work_observer_fn> f{nullptr};
   return f;
+}
+/// Workers between letting go of a job and handing its report to the observer.
+inline std::atomic<int>& reports_in_flight() noexcept {
+  static std::atomic<int> n{0};
+  return n;
+}
+/// Returns once every report of a job whose run() has returned has reached the observer (a
+/// trace that stops waits for them; a job still running reports later, or to nobody).
+inline void settle_reports() noexcept {
+  while (reports_in_flight().load(std::memory_order_acquire) != 0) std::this_thread::yield();
 }
 /// This thread's tag for the jobs it starts (a trace sets the device's track).
 inline int& job_tag() noexcept {
@@ -210,12 +221,17 @@ class thread_pool {
       }
       const work_observer_fn observer = j->observer;
       const work_report r = work_on(*j, false);
+      const bool reports = observer != nullptr && r.ran > 0;
+      if (reports) reports_in_flight().fetch_add(1, std::memory_order_relaxed);  // counted before run() can return
       {
         std::lock_guard lock(mu_);
         --j->holders;  // after this the caller may return and j may be gone
       }
       done_cv_.notify_all();
-      report(observer, r);  // after letting go: the caller does not wait for the trace
+      if (reports) {  // after letting go: the caller does not wait for the trace
+        report(observer, r);
+        reports_in_flight().fetch_sub(1, std::memory_order_release);
+      }
     }
   }
 

@@ -82,9 +82,11 @@ inline void trace_pool_work(const kernels::detail::work_report& w) {
                              "\"pieces\": " + std::to_string(w.ran) + ", \"of\": " + std::to_string(w.n) +
                                  ", \"thread\": \"" + (w.caller ? "the caller" : "a pool worker") + "\""});
 }
-/// The trace recorder's listener: the pool reports to trace_pool_work while a trace records.
+/// The trace recorder's listener: the pool reports to trace_pool_work while a trace records;
+/// when it stops, the reports of the jobs already done are recorded before it writes the file.
 inline void follow_trace(bool on) noexcept {
   kernels::detail::work_observer().store(on ? &trace_pool_work : nullptr, std::memory_order_release);
+  if (!on) kernels::detail::settle_reports();
 }
 
 /// Chip c's process in a trace (pid 0 is the host), named on first use.
@@ -746,7 +748,7 @@ class step {
       const statement& st = stmts_[sp.stmt];
       if (sp.op_begin < sp.op_end && p.ops[sp.op_begin].in_group) continue;  // ran in its group's loop
       if (sp.op_begin < sp.op_end && p.ops[sp.op_end - 1].group > 1) {
-        trace::detail::span kernel("kernel", "loop", trace_pid());
+        trace::detail::span kernel("kernel", "loop", pid);
         if (kernel.active()) {
           kernel.rename("loop of " + std::to_string(p.ops[sp.op_end - 1].group) + " outputs");
           kernel.add_args("\"first statement\": " + std::to_string(sp.stmt) + ", \"elements\": " +
@@ -766,7 +768,7 @@ class step {
         if (op.copy) {
           std::memcpy(dst, where(p, op.src), kd.bytes);
         } else {
-          trace::detail::span kernel("kernel", kd.kind, trace_pid());
+          trace::detail::span kernel("kernel", kd.kind, pid);
           if (kernel.active()) trace_kernel(kernel, kd, sp.stmt);
           kd.run(bounds_[i], dst);
           c.kernels.add();

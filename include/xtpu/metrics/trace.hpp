@@ -70,19 +70,24 @@ class recorder {
   }
   bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
   void start(std::string path) {
-    std::lock_guard lock(mu_);
-    events_.clear();
-    path_ = std::move(path);
-    t0_ = clock::now();
-    on_.store(!path_.empty(), std::memory_order_relaxed);
-    if (const listener_fn f = listener().load(std::memory_order_acquire)) f(on_.load(std::memory_order_relaxed));
+    const bool on = !path.empty();
+    {
+      std::lock_guard lock(mu_);
+      events_.clear();
+      path_ = std::move(path);
+      t0_ = clock::now();
+      on_.store(on, std::memory_order_relaxed);
+    }
+    // unlocked, as in stop(): a listener told false may wait for events still to be added
+    if (const listener_fn f = listener().load(std::memory_order_acquire)) f(on);
   }
   /// Stops recording and writes the file; returns its path ("" when nothing was recording).
   std::string stop() {
+    // the listener first, unlocked: what it waits for may still add events
+    if (const listener_fn f = listener().load(std::memory_order_acquire)) f(false);
     std::lock_guard lock(mu_);
     if (!on_.load(std::memory_order_relaxed)) return "";
     on_.store(false, std::memory_order_relaxed);
-    if (const listener_fn f = listener().load(std::memory_order_acquire)) f(false);
     write_locked();
     return path_;
   }
@@ -104,8 +109,9 @@ class recorder {
     processes_[pid] = std::move(name);
   }
   ~recorder() { (void)stop(); }
-  /// Told when recording starts (true) or stops (false); null: nobody listens. A listener set
-  /// later reads on() once itself.
+  /// Told when recording starts (true) or stops (false: before the file is written, and
+  /// whether or not a trace was recording); null: nobody listens. A listener set later reads
+  /// on() once itself.
   using listener_fn = void (*)(bool on);
   static std::atomic<listener_fn>& listener() noexcept {
     static std::atomic<listener_fn> f{nullptr};
