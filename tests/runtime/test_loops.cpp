@@ -336,6 +336,10 @@ TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
     xtpu::tensor<xtpu::bf16, 64, 1000> half = xtpu::cast<xtpu::bf16>(x * 1.5f);
     xtpu::tensor<std::int32_t, 64, 1000> ints = xtpu::cast<std::int32_t>(y * 10.0f);
     xtpu::tensor<float, 64, 1000> in_place = xtpu::full<float, 64, 1000>(2.0f);
+    auto odd = xtpu::slice<1, 0, 999>(x);  // rows of 999: blocks that start unaligned
+    auto oc = odd - xtpu::reshape<64, 1>(xtpu::mean<1>(odd));
+    xtpu::tensor<float, 64, 999> ln = oc * xtpu::rsqrt(xtpu::reshape<64, 1>(xtpu::mean<1>(oc * oc)) + 1e-5f);  // a row loop
+    xtpu::tensor<float, 64, 1000> sm = xtpu::softmax<1>(y);  // a row loop that keeps exp in its output: stored plainly
     xtpu::mark_step();
     in_place = in_place * x + 1.0f;  // its buffer is the output's: donated, stored plainly
     const std::string plan = xtpu::lazy::explain();
@@ -348,6 +352,8 @@ TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
     append(out, half);
     append(out, ints);
     append(out, in_place);
+    append(out, ln);
+    append(out, sm);
     return out;
   };
   auto& least = xtpu::detail::stream_bytes();
@@ -442,6 +448,44 @@ TEST(Loops, RowLoopsGiveTheBitsOfSeparateStatements) {
     EXPECT_EQ(host(ln), host(ln2));
     std::vector<float> out;
     for (const auto* t : {&sm, &mixed, &ln}) append(out, *t);
+    return out;
+  });
+}
+
+// A row loop computes a float column over its rows that reads a reduction (rsqrt(var + eps),
+// log(sum)) once per row, not per packet (eval/program.hpp, "Columns"): the same bits as the
+// column stored by its own statement. Two columns of one type with different inputs (x's and
+// y's) each read their own values; rows of rank 3; log_softmax's log(sum).
+TEST(Loops, RowLoopColumnsGiveTheBitsOfAStoredColumn) {
+  auto x = device<float, 3, 13, 257>(values(3 * 13 * 257, 31, 4.0f));
+  auto y = device<float, 3, 13, 257>(values(3 * 13 * 257, 32, 0.5f));
+  auto z = device<float, 29, 301>(values(29 * 301, 33, 30.0f));
+  every_path([&] {
+    using col = xtpu::tensor<float, 3, 13, 1>;
+    const auto rms = [](const auto& v) {
+      return xtpu::rsqrt(xtpu::reshape<3, 13, 1>(xtpu::mean<2>(v * v)) + 1e-5f);
+    };
+    xtpu::tensor<float, 3, 13, 257> two = x * rms(x) - y * rms(y) + xtpu::log(xtpu::reshape<3, 13, 1>(xtpu::sum<2>(xtpu::exp(y))));
+    xtpu::tensor<float, 29, 301> lsm = xtpu::log_softmax<1>(z);
+    const std::string plan = xtpu::lazy::explain();
+    xtpu::mark_step();
+    const auto second = plan.find("row loop -> out");
+    EXPECT_NE(second, std::string::npos) << plan;
+    EXPECT_NE(plan.find("row loop -> out", second + 1), std::string::npos) << plan;  // both statements
+
+    col rx = rms(x), ry = rms(y), ly = xtpu::log(xtpu::reshape<3, 13, 1>(xtpu::sum<2>(xtpu::exp(y))));
+    xtpu::tensor<float, 29, 1> mz = xtpu::reshape<29, 1>(xtpu::max<1>(z));
+    xtpu::mark_step();
+    xtpu::tensor<float, 29, 1> lz = xtpu::log(xtpu::reshape<29, 1>(xtpu::sum<1>(xtpu::exp(z - mz))));
+    xtpu::mark_step();
+    xtpu::tensor<float, 3, 13, 257> two2 = x * rx - y * ry + ly;
+    xtpu::tensor<float, 29, 301> lsm2 = (z - mz) - lz;
+    xtpu::mark_step();
+    EXPECT_EQ(host(two), host(two2));
+    EXPECT_EQ(host(lsm), host(lsm2));
+    std::vector<float> out;
+    append(out, two);
+    append(out, lsm);
     return out;
   });
 }
