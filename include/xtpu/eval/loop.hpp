@@ -69,7 +69,8 @@ inline std::atomic<std::size_t>& stream_bytes() noexcept {
 /// in six for `max(a*b+c, 0)*d`). Not when the output is one of the loop's inputs (`leaves`,
 /// n of them: a donated buffer), whose lines are in the cache already (streaming them
 /// measured twice as slow), nor under XTPU_USE_BF16, whose rounding pass reads the output
-/// straight back. Multi-output, row and matmul-epilogue loops store plainly.
+/// straight back. Multi-output and matmul-epilogue loops store plainly; a row loop streams
+/// unless its reductions keep values in its output (eval/program.hpp, run_rows).
 inline bool streams_output(std::size_t bytes, const void* out, const void* const* leaves, std::size_t n) noexcept {
   if (bytes < stream_bytes().load(std::memory_order_relaxed) || xtpu::use_bf16()) return false;
   for (std::size_t l = 0; l < n; ++l)
@@ -77,24 +78,25 @@ inline bool streams_output(std::size_t bytes, const void* out, const void* const
   return true;
 }
 
-/// A bound B whose slot arrays — the first L leaves, S scalars and T temps, and a row loop's T
-/// columns — are copies in the loop's own frame (`b`). A loop's vector stores may alias any
-/// memory the compiler cannot see is private, so with the caller's arrays it reads every
-/// pointer and scalar again for each packet; with these it keeps them in registers.
-template <std::size_t L, std::size_t S, std::size_t T, class B>
+/// A bound B whose slot arrays — the first NLeaves leaves, NScalars scalars and NTemps temps
+/// (a statement's all), and a row loop's NTemps columns — are copies in the loop's own frame
+/// (`b`). A loop's vector stores may alias any memory the compiler cannot see is private, so
+/// with the caller's arrays it reads every pointer and scalar again for each packet; with
+/// these it keeps them in registers.
+template <std::size_t NLeaves, std::size_t NScalars, std::size_t NTemps, class B>
 struct local_slots {
-  std::array<const void*, L> leaves{};
-  std::array<double, S> scalars{};
-  std::array<const void*, T> temps{};
-  std::array<float*, T> cols{};
+  std::array<const void*, NLeaves> leaves{};
+  std::array<double, NScalars> scalars{};
+  std::array<const void*, NTemps> temps{};
+  std::array<float*, NTemps> cols{};
   B b;
   explicit local_slots(const B& from) noexcept : b(from) {
-    std::copy_n(from.leaves, L, leaves.begin());
-    std::copy_n(from.scalars, S, scalars.begin());
-    std::copy_n(from.temps, T, temps.begin());
+    std::copy_n(from.leaves, NLeaves, leaves.begin());
+    std::copy_n(from.scalars, NScalars, scalars.begin());
+    std::copy_n(from.temps, NTemps, temps.begin());
     b.leaves = leaves.data(), b.scalars = scalars.data(), b.temps = temps.data();
     if constexpr (requires { from.cols; }) {
-      if (from.cols) std::copy_n(from.cols, T, cols.begin()), b.cols = cols.data();
+      if (from.cols) std::copy_n(from.cols, NTemps, cols.begin()), b.cols = cols.data();
     }
   }
   local_slots(const local_slots&) = delete;
@@ -216,8 +218,8 @@ struct float_combine {
 };
 
 /// One block of the canonical reduction: values v(k) for k in [0, n), n <= reduce_order::block;
-/// `packet(k)` gives W values from k (k a multiple of W, within a run that `contiguous(k)`
-/// says is one packet long), `value(k)` one value. Flattened, as loop_range: `packet` inlined.
+/// `packet(k)` gives W values from k (k a multiple of W), `value(k)` one value. Flattened, as
+/// loop_range: `packet` inlined.
 template <bool Max, path P, class Packet, class Value>
 [[gnu::flatten]] float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
   using C = float_combine<Max>;

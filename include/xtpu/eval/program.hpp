@@ -19,7 +19,6 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "xtpu/eval/cost.hpp"
 #include "xtpu/eval/evaluator.hpp"
@@ -394,10 +393,12 @@ struct row_scratch {
 };
 
 /// The bound of a row loop: kept values (the only kind of call that reads a row_scratch) and
-/// its columns (row_column), cols[k] the column whose subtree's first temp is slot k.
+/// its columns (row_column): cols[k] the column whose subtree's first temp is slot k, from
+/// row row0 on.
 struct row_bound : bound {
   const float* keep = nullptr;
   float* const* cols = nullptr;
+  std::size_t row0 = 0;
 };
 
 template <class C>
@@ -442,7 +443,8 @@ constexpr bool is_row_column() {
 }
 
 /// What a row loop's root reads in place of column C: the value of C's row, from
-/// row_bound::cols[S.temp] (S: where C is placed).
+/// row_bound::cols[S.temp] (S: where C is placed); one value per packet (the parent's
+/// constant edge), so it has no packet of its own.
 template <class C>
 struct row_column {
   using value_type = float;
@@ -453,10 +455,11 @@ struct row_column {
   using children = std::tuple<>;
 };
 template <class C>
-struct evaluator<row_column<C>> : buffer_evaluator<evaluator<row_column<C>>, float> {
+struct evaluator<row_column<C>> {
   template <slots S>
-  static const void* data(const bound& b) noexcept {
-    return static_cast<const row_bound&>(b).cols[S.temp];
+  static float load(const bound& b, std::size_t i) noexcept {
+    const auto& rb = static_cast<const row_bound&>(b);
+    return rb.cols[S.temp][i - rb.row0];
   }
 };
 
@@ -603,6 +606,13 @@ void reduce_rows_of(const bound& b, std::size_t r0, std::size_t r1, const void**
 template <class Sh>
 inline constexpr std::size_t row_block = std::max<std::size_t>(1, 65536 / Sh::dims[Sh::rank - 1]);
 
+/// Rows whose columns a row loop computes before it reads them: a block of rows, at most 512
+/// (at most 2 KiB a column); a block without columns in one piece.
+template <class E>
+inline constexpr std::size_t column_rows = column_count<E, typename E::shape_type>() == 0
+                                               ? row_block<typename E::shape_type>
+                                               : std::min<std::size_t>(row_block<typename E::shape_type>, 512);
+
 /// The row loop of `dst = E`: blocks of rows, each its reductions then its elements; pieces of
 /// rows on the thread pool.
 template <class E>
@@ -619,36 +629,40 @@ void run_rows(const bound& b, void* dst) {
   auto* out = static_cast<V*>(dst);
   bool keeps = false;
   if constexpr (found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b);
-  // the columns, `rows` values each: cols[k] for the column whose first temp is slot k
-  std::vector<float> column_values(column_count<E, Sh>() * rows);
-  std::array<float*, E::n_temps> cols{};
-  auto place = [&, k = std::size_t{0}]<class N, slots S>() mutable { cols[S.temp] = column_values.data() + rows * k++; };
-  for_each_column<E, slots{}, Sh>(place);
   // the output stored past the cache (streams_output), unless the reductions keep values in it
   const bool stream = std::is_same_v<V, float> && !keeps && streams_output(sizeof(V) * Sh::size, out, b.leaves, E::n_leaves);
   for_units(rows, std::max<std::size_t>(1, loop_grain / C), [&](std::size_t r0, std::size_t r1) {
     kernels::simd::fp_env env;
+    // the columns of up to column_rows<E> rows, on this thread's stack (a loop allocates
+    // nothing, so it cannot throw): cols[k] for the column whose first temp is slot k
+    std::array<float, column_count<E, Sh>() * column_rows<E>> column_values;
+    std::array<float*, E::n_temps> cols{};
+    auto place = [&, k = std::size_t{0}]<class N, slots S>() mutable { cols[S.temp] = column_values.data() + column_rows<E> * k++; };
+    for_each_column<E, slots{}, Sh>(place);
     kernels::simd::dispatch([&](auto p) {
       constexpr path P = decltype(p)::value;
       for (std::size_t r = r0; r < r1; r += row_block<Sh>) {
         const std::size_t e = std::min(r1, r + row_block<Sh>);
         std::array<const void*, E::n_temps> done{};
         std::size_t n_done = 0;
-        // a column's row r is element r of its (rows..., 1) shape
-        auto fill = [&]<class N, slots S>() {
-          for (std::size_t row = r; row < e; ++row) cols[S.temp][row] = evaluator<N>::template load<S>(b, row);
-        };
-        if constexpr (found) {
-          if (keeps) {
-            reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, out);
-            for_each_column<E, slots{}, Sh>(fill);
-            loop_range<with_columns_t<with_scratch_t<E, T>, Sh>, P>(row_bound{b, out, cols.data()}, out, r * C, e * C);
-            continue;
+        float* keep = nullptr;  // where the reductions keep values: the output, when kept
+        if constexpr (found) keep = keeps ? out : nullptr;
+        reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, keep);
+        for (std::size_t s = r; s < e; s += column_rows<E>) {
+          const std::size_t t = std::min(e, s + column_rows<E>);
+          // a column's row r is element r of its (rows..., 1) shape
+          auto fill = [&]<class N, slots S>() {
+            for (std::size_t row = s; row < t; ++row) cols[S.temp][row - s] = evaluator<N>::template load<S>(b, row);
+          };
+          for_each_column<E, slots{}, Sh>(fill);
+          if constexpr (found) {
+            if (keep) {
+              loop_range<with_columns_t<with_scratch_t<E, T>, Sh>, P>(row_bound{b, out, cols.data(), s}, out, s * C, t * C);
+              continue;
+            }
           }
+          loop_range<with_columns_t<E, Sh>, P>(row_bound{b, nullptr, cols.data(), s}, out, s * C, t * C, stream);
         }
-        reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, nullptr);
-        for_each_column<E, slots{}, Sh>(fill);
-        loop_range<with_columns_t<E, Sh>, P>(row_bound{b, nullptr, cols.data()}, out, r * C, e * C, stream);
       }
     });
   });
