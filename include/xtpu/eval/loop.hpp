@@ -69,8 +69,7 @@ inline std::atomic<std::size_t>& stream_bytes() noexcept {
 /// in six for `max(a*b+c, 0)*d`). Not when the output is one of the loop's inputs (`leaves`,
 /// n of them: a donated buffer), whose lines are in the cache already (streaming them
 /// measured twice as slow), nor under XTPU_USE_BF16, whose rounding pass reads the output
-/// straight back. Multi-output and matmul-epilogue loops store plainly; a row loop streams
-/// unless its reductions keep values in its output (eval/program.hpp, run_rows).
+/// straight back. Multi-output, row and matmul-epilogue loops store plainly.
 inline bool streams_output(std::size_t bytes, const void* out, const void* const* leaves, std::size_t n) noexcept {
   if (bytes < stream_bytes().load(std::memory_order_relaxed) || xtpu::use_bf16()) return false;
   for (std::size_t l = 0; l < n; ++l)
@@ -78,42 +77,13 @@ inline bool streams_output(std::size_t bytes, const void* out, const void* const
   return true;
 }
 
-/// A bound B whose slot arrays — the first NLeaves leaves, NScalars scalars and NTemps temps
-/// (a statement's all), and a row loop's NTemps columns — are copies in the loop's own frame
-/// (`b`). A loop's vector stores may alias any memory the compiler cannot see is private, so
-/// with the caller's arrays it reads every pointer and scalar again for each packet; with
-/// these it keeps them in registers.
-template <std::size_t NLeaves, std::size_t NScalars, std::size_t NTemps, class B>
-struct local_slots {
-  std::array<const void*, NLeaves> leaves{};
-  std::array<double, NScalars> scalars{};
-  std::array<const void*, NTemps> temps{};
-  std::array<float*, NTemps> cols{};
-  B b;
-  explicit local_slots(const B& from) noexcept : b(from) {
-    std::copy_n(from.leaves, NLeaves, leaves.begin());
-    std::copy_n(from.scalars, NScalars, scalars.begin());
-    std::copy_n(from.temps, NTemps, temps.begin());
-    b.leaves = leaves.data(), b.scalars = scalars.data(), b.temps = temps.data();
-    if constexpr (requires { from.cols; }) {
-      if (from.cols) std::copy_n(from.cols, NTemps, cols.begin()), b.cols = cols.data();
-    }
-  }
-  local_slots(const local_slots&) = delete;
-  local_slots& operator=(const local_slots&) = delete;
-};
-
 /// Elements [begin, end) of the statement `out = N`, on path P; `stream`: a float output's
 /// packets stored past the cache (streams_output) — each block's elements one at a time up to
 /// the first address a packet may stream to, then packets from there (where packets start
-/// changes no bits) — fenced before it returns. Flattened: the statement's whole packet tree
-/// is inlined into the loop (g++ -O2 left a child's packet a call per packet), which reads
-/// b's slots from its own frame (local_slots); docs/benchmarks.md, "Row loops".
-template <class N, path P, class B>
-[[gnu::flatten]] void loop_range(const B& from, typename N::value_type* out, std::size_t begin, std::size_t end, bool stream = false) noexcept {
+/// changes no bits) — fenced before it returns.
+template <class N, path P>
+void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, std::size_t end, bool stream = false) noexcept {
   using T = typename N::value_type;
-  const local_slots<N::n_leaves, N::n_scalars, N::n_temps, B> local(from);
-  const bound& b = local.b;
   constexpr std::size_t W = width_v<P>;
   constexpr std::size_t Q = P == path::scalar ? 0 : loop_q<N, W>;
   if constexpr (Q == 0 || !is_floating_v<T>) {
@@ -128,9 +98,10 @@ template <class N, path P, class B>
           for (; i < stop && reinterpret_cast<std::uintptr_t>(out + i) % (W * sizeof(float)) != 0; ++i)
             out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
           for (; i + W <= stop; i += W) kernels::simd::store_stream(out + i, evaluator<N>::template packet<slots{}, P, Q>(b, i));
+          for (; i < stop; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
+          continue;
         }
       }
-      // (after streamed packets: no whole packet left, only the shared tail)
       for (; i + W <= stop; i += W) store_lanes<T>(out + i, evaluator<N>::template packet<slots{}, P, Q>(b, i));
       for (; i < stop; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
     }
@@ -218,10 +189,10 @@ struct float_combine {
 };
 
 /// One block of the canonical reduction: values v(k) for k in [0, n), n <= reduce_order::block;
-/// `packet(k)` gives W values from k (k a multiple of W), `value(k)` one value. Flattened, as
-/// loop_range: `packet` inlined.
+/// `packet(k)` gives W values from k (k a multiple of W, within a run that `contiguous(k)`
+/// says is one packet long), `value(k)` one value.
 template <bool Max, path P, class Packet, class Value>
-[[gnu::flatten]] float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
+float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
   using C = float_combine<Max>;
   constexpr std::size_t W = width_v<P>, G = reduce_order::lanes / W;  // batches per 16 lanes
   std::array<float, 16> lane;
@@ -252,13 +223,6 @@ template <bool Max, path P, class Packet, class Value>
         ((acc[Gs] = C::step(C::step(C::step(acc[Gs], r1[Gs]), r2[Gs]), r3[Gs])), ...);
         k = 16 * steps;
       } else if (packets) {
-        // two steps' packets computed before either is added, then added in order: the same
-        // sums, with twice the independent work in flight (exp's polynomial is a long chain)
-        for (; k + 32 <= n; k += 32) {
-          const V now[G] = {V(packet(k + Gs * W))...}, next[G] = {V(packet(k + 16 + Gs * W))...};
-          ((acc[Gs] = C::step(acc[Gs], now[Gs])), ...);
-          ((acc[Gs] = C::step(acc[Gs], next[Gs])), ...);
-        }
         for (; k + 16 <= n; k += 16) ((acc[Gs] = C::step(acc[Gs], V(packet(k + Gs * W)))), ...);
       }
       (acc[Gs].store_unaligned(lane.data() + Gs * W), ...);
