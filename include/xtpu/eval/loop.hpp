@@ -35,6 +35,21 @@
 #include "xtpu/kernels/simd.hpp"
 #include "xtpu/kernels/thread_pool.hpp"
 
+// XTPU_FLATTEN: [[gnu::flatten]] on the two loops below (their statement's packet tree inlined
+// into them) in optimised builds only. Under a sanitizer or at -O0 it is empty: there the
+// inlined tree of each instantiation took minutes to compile (ASan's test_loops.cpp: 108 s ->
+// 589 s) and the loops' speed does not matter.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__OPTIMIZE__)
+#define XTPU_FLATTEN
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define XTPU_FLATTEN
+#endif
+#endif
+#ifndef XTPU_FLATTEN
+#define XTPU_FLATTEN [[gnu::flatten]]
+#endif
+
 namespace xtpu::detail {
 
 /// The block (last Q axes of N) a loop over N takes packets in: the largest with no gather and
@@ -110,7 +125,7 @@ struct local_slots {
 /// is inlined into the loop (g++ -O2 left a child's packet a call per packet), which reads
 /// b's slots from its own frame (local_slots); docs/benchmarks.md, "Row loops".
 template <class N, path P, class B>
-[[gnu::flatten]] void loop_range(const B& from, typename N::value_type* out, std::size_t begin, std::size_t end, bool stream = false) noexcept {
+XTPU_FLATTEN void loop_range(const B& from, typename N::value_type* out, std::size_t begin, std::size_t end, bool stream = false) noexcept {
   using T = typename N::value_type;
   const local_slots<N::n_leaves, N::n_scalars, N::n_temps, B> local(from);
   const bound& b = local.b;
@@ -221,7 +236,7 @@ struct float_combine {
 /// `packet(k)` gives W values from k (k a multiple of W), `value(k)` one value. Flattened, as
 /// loop_range: `packet` inlined.
 template <bool Max, path P, class Packet, class Value>
-[[gnu::flatten]] float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
+XTPU_FLATTEN float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
   using C = float_combine<Max>;
   constexpr std::size_t W = width_v<P>, G = reduce_order::lanes / W;  // batches per 16 lanes
   std::array<float, 16> lane;

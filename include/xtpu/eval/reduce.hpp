@@ -47,31 +47,26 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
     constexpr std::size_t Q = packet_traits<C>::has ? 1 : 0;
     constexpr std::size_t R = Q == 0 ? 1 : block_size<In>(Q);
     constexpr bool packets = P != path::scalar && Q != 0 && (R == n || R % reduce_order::lanes == 0);
-    // whether values are kept, decided once (Keeps), not per packet: no branch between packets
-    const auto rows = [&]<bool Keeps>(std::bool_constant<Keeps>) {
-      for (std::size_t o = o0; o < o1; ++o) {
-        const std::size_t first = o * n;
-        const float r = reduce_values<is_max, P>(
-            n, packets,
-            [&](std::size_t i) {
-              if constexpr (packets) {
-                const lanes_t<P> v = evaluator<C>::template packet<CS, P, Q>(b, first + i);
-                if constexpr (Keeps) store_lanes<float>(keep + first + i, v);
-                return v;
-              } else {
-                return lanes_t<P>(0.0f);
-              }
-            },
-            [&](std::size_t i) {
-              const float v = element<S>(b, first + i);
-              if constexpr (Keeps) keep[first + i] = v;
+    for (std::size_t o = o0; o < o1; ++o) {
+      const std::size_t first = o * n;
+      const float r = reduce_values<is_max, P>(
+          n, packets,
+          [&](std::size_t i) {
+            if constexpr (packets) {
+              const lanes_t<P> v = evaluator<C>::template packet<CS, P, Q>(b, first + i);
+              if (keep) store_lanes<float>(keep + first + i, v);
               return v;
-            });
-        out[o] = store_as<value_type>(finish(r));
-      }
-    };
-    if (keep) rows(std::true_type{});
-    else rows(std::false_type{});
+            } else {
+              return lanes_t<P>(0.0f);
+            }
+          },
+          [&](std::size_t i) {
+            const float v = element<S>(b, first + i);
+            if (keep) keep[first + i] = v;
+            return v;
+          });
+      out[o] = store_as<value_type>(finish(r));
+    }
   }
 
   template <slots S>
