@@ -461,20 +461,33 @@ TEST(Loops, RowLoopsGiveTheBitsOfSeparateStatements) {
 // log(sum)) once per row, not per packet (eval/program.hpp, "Columns"): the same bits as the
 // column stored by its own statement. Two columns of one type with different inputs (x's and
 // y's) each read their own values; rows of rank 3; log_softmax's log(sum); a column beside
-// kept values (softmax's exp); short rows, whose columns are computed 512 rows at a time.
+// kept values (softmax's exp); short rows, whose columns are computed 512 rows at a time (4000
+// rows of 40: blocks of 1638 rows, pieces of threads that start inside a block); rows shorter
+// than a packet (3 floats), where each lane reads its row's column.
 TEST(Loops, RowLoopColumnsGiveTheBitsOfAStoredColumn) {
   auto x = device<float, 3, 13, 257>(values(3 * 13 * 257, 31, 4.0f));
   auto y = device<float, 3, 13, 257>(values(3 * 13 * 257, 32, 0.5f));
   auto z = device<float, 29, 301>(values(29 * 301, 33, 30.0f));
-  auto w = device<float, 1500, 40>(values(1500 * 40, 34, 2.0f));
+  auto w = device<float, 4000, 40>(values(4000 * 40, 34, 2.0f));
+  auto u = device<float, 2000, 3>(values(2000 * 3, 35, 2.0f));
+  const auto row_loops = [](const std::string& plan) {
+    std::size_t n = 0;
+    for (auto at = plan.find("row loop -> out"); at != std::string::npos; at = plan.find("row loop -> out", at + 1)) ++n;
+    return n;
+  };
   every_path([&] {
-    xtpu::tensor<float, 1500, 40> wn = w * xtpu::rsqrt(xtpu::reshape<1500, 1>(xtpu::mean<1>(w * w)) + 1e-5f);
+    xtpu::tensor<float, 4000, 40> wn = w * xtpu::rsqrt(xtpu::reshape<4000, 1>(xtpu::mean<1>(w * w)) + 1e-5f);
+    xtpu::tensor<float, 2000, 3> un = u * xtpu::rsqrt(xtpu::reshape<2000, 1>(xtpu::mean<1>(u * u)) + 1e-5f);
+    EXPECT_EQ(row_loops(xtpu::lazy::explain()), 2u) << xtpu::lazy::explain();
     xtpu::mark_step();
-    xtpu::tensor<float, 1500, 1> rw = xtpu::rsqrt(xtpu::reshape<1500, 1>(xtpu::mean<1>(w * w)) + 1e-5f);
+    xtpu::tensor<float, 4000, 1> rw = xtpu::rsqrt(xtpu::reshape<4000, 1>(xtpu::mean<1>(w * w)) + 1e-5f);
+    xtpu::tensor<float, 2000, 1> ru = xtpu::rsqrt(xtpu::reshape<2000, 1>(xtpu::mean<1>(u * u)) + 1e-5f);
     xtpu::mark_step();
-    xtpu::tensor<float, 1500, 40> wn2 = w * rw;
+    xtpu::tensor<float, 4000, 40> wn2 = w * rw;
+    xtpu::tensor<float, 2000, 3> un2 = u * ru;
     xtpu::mark_step();
     EXPECT_EQ(host(wn), host(wn2));
+    EXPECT_EQ(host(un), host(un2));
     using col = xtpu::tensor<float, 3, 13, 1>;
     const auto rms = [](const auto& v) {
       return xtpu::rsqrt(xtpu::reshape<3, 13, 1>(xtpu::mean<2>(v * v)) + 1e-5f);
@@ -486,10 +499,7 @@ TEST(Loops, RowLoopColumnsGiveTheBitsOfAStoredColumn) {
     xtpu::tensor<float, 29, 301> kept = ez / (xtpu::reshape<29, 1>(xtpu::sum<1>(ez)) + 0.5f);
     const std::string plan = xtpu::lazy::explain();
     xtpu::mark_step();
-    const auto second = plan.find("row loop -> out");
-    EXPECT_NE(second, std::string::npos) << plan;
-    EXPECT_NE(plan.find("row loop -> out", plan.find("row loop -> out", second + 1) + 1), std::string::npos)
-        << plan;  // all three statements
+    EXPECT_EQ(row_loops(plan), 3u) << plan;  // all three statements
 
     col rx = rms(x), ry = rms(y), ly = xtpu::log(xtpu::reshape<3, 13, 1>(xtpu::sum<2>(xtpu::exp(y))));
     xtpu::tensor<float, 29, 1> mz = xtpu::reshape<29, 1>(xtpu::max<1>(z));
@@ -511,6 +521,7 @@ TEST(Loops, RowLoopColumnsGiveTheBitsOfAStoredColumn) {
     append(out, lsm);
     append(out, kept);
     append(out, wn);
+    append(out, un);
     return out;
   });
 }
@@ -666,9 +677,10 @@ TEST(Reductions, MaxReturnsTheFirstNanAndTheFirstZeroOfEachLane) {
   check(std::integral_constant<std::size_t, 20000>{});
 }
 
-// 128 blocks of 16384: two rounds of the 64 blocks eval/reduce.hpp keeps at a time
+// 131 blocks of 16384, the last one short: two rounds of the 64 blocks eval/reduce.hpp keeps
+// at a time and a round of three
 TEST(Reductions, SumOfMillionsIsCloseToFloat64) {
-  constexpr std::size_t n = 1 << 21;
+  constexpr std::size_t n = (1 << 21) + 2 * 16384 + 123;
   const auto v = values(n, 11);
   auto x = xtpu::from_host<float, n>(v);
   const double want = [&] {

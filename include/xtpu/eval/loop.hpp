@@ -5,9 +5,11 @@
 //   detail::loop_range<N, P>(bound, out, begin, end, stream) — elements [begin, end) of N, a
 //     packet at a time on path P inside each block of N's last Q axes (Q: loop_q, the largest
 //     block with no gather, or the largest at least a packet long), the rest one element at a
-//     time; `stream`: the output stored past the cache;
-//   detail::streams_output(bytes, out, leaves, n) — whether a loop stores its output past the
-//     cache (from stream_bytes(), half the largest cache);
+//     time; `stream`: the output stored past the cache; the bound (a row loop's row_bound too)
+//     read from the loop's own copy of its slots (local_slots), the packet tree inlined
+//     (XTPU_FLATTEN, optimised builds);
+//   detail::streams_output(bytes, out, leaves, n, reads_out) — whether a loop stores its
+//     output past the cache (from stream_bytes(), half the largest cache);
 //   detail::for_ranges(n, grain, f) — f(begin, end) over [0, n) elements split into pieces of at
 //     least `grain` for the thread pool (one piece, on the caller, below it); for_units the
 //     same over rows or blocks (pieces not rounded to 64);
@@ -36,9 +38,11 @@
 #include "xtpu/kernels/thread_pool.hpp"
 
 // XTPU_FLATTEN: [[gnu::flatten]] on the two loops below (their statement's packet tree inlined
-// into them) in optimised builds only. Under a sanitizer or at -O0 it is empty: there the
-// inlined tree of each instantiation took minutes to compile (ASan's test_loops.cpp: 108 s ->
-// 589 s) and the loops' speed does not matter.
+// into them) in optimised builds. Empty at -O0 and under ASan or TSan, where the inlined tree
+// of each instantiation took minutes to compile (ASan's test_loops.cpp: 108 s -> 589 s) and
+// the loops' speed does not matter; a build may define it itself (the sanitizer presets
+// define it empty, which covers UBSan alone too).
+#ifndef XTPU_FLATTEN
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__OPTIMIZE__)
 #define XTPU_FLATTEN
 #elif defined(__has_feature)
@@ -48,6 +52,7 @@
 #endif
 #ifndef XTPU_FLATTEN
 #define XTPU_FLATTEN [[gnu::flatten]]
+#endif
 #endif
 
 namespace xtpu::detail {
@@ -83,11 +88,13 @@ inline std::atomic<std::size_t>& stream_bytes() noexcept {
 /// streamed store saves the read of each line a plain store makes first (one pass over memory
 /// in six for `max(a*b+c, 0)*d`). Not when the output is one of the loop's inputs (`leaves`,
 /// n of them: a donated buffer), whose lines are in the cache already (streaming them
-/// measured twice as slow), nor under XTPU_USE_BF16, whose rounding pass reads the output
-/// straight back. Multi-output and matmul-epilogue loops store plainly; a row loop streams
-/// unless its reductions keep values in its output (eval/program.hpp, run_rows).
-inline bool streams_output(std::size_t bytes, const void* out, const void* const* leaves, std::size_t n) noexcept {
-  if (bytes < stream_bytes().load(std::memory_order_relaxed) || xtpu::use_bf16()) return false;
+/// measured twice as slow), nor when the loop reads its output back (`reads_out`: a row loop
+/// whose reductions keep values in it, eval/program.hpp's run_rows), nor under XTPU_USE_BF16,
+/// whose rounding pass reads the output straight back. Multi-output and matmul-epilogue loops
+/// store plainly.
+inline bool streams_output(std::size_t bytes, const void* out, const void* const* leaves, std::size_t n,
+                           bool reads_out = false) noexcept {
+  if (reads_out || bytes < stream_bytes().load(std::memory_order_relaxed) || xtpu::use_bf16()) return false;
   for (std::size_t l = 0; l < n; ++l)
     if (leaves[l] == out) return false;
   return true;

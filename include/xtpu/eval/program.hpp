@@ -443,8 +443,9 @@ constexpr bool is_row_column() {
 }
 
 /// What a row loop's root reads in place of column C: the value of C's row, from
-/// row_bound::cols[S.temp] (S: where C is placed); one value per packet (the parent's
-/// constant edge), so it has no packet of its own.
+/// row_bound::cols[S.temp] (S: where C is placed). It has no packet of its own: its parent
+/// reads one value per packet (a constant edge) where a row holds whole packets, and one per
+/// lane (a gather) where rows are shorter than a packet.
 template <class C>
 struct row_column {
   using value_type = float;
@@ -607,11 +608,14 @@ template <class Sh>
 inline constexpr std::size_t row_block = std::max<std::size_t>(1, 65536 / Sh::dims[Sh::rank - 1]);
 
 /// Rows whose columns a row loop computes before it reads them: a block of rows, at most 512
-/// (at most 2 KiB a column); a block without columns in one piece.
+/// and at most 8 KiB of columns in all (2048 values: on each thread's stack); a block without
+/// columns in one piece.
 template <class E>
-inline constexpr std::size_t column_rows = column_count<E, typename E::shape_type>() == 0
-                                               ? row_block<typename E::shape_type>
-                                               : std::min<std::size_t>(row_block<typename E::shape_type>, 512);
+inline constexpr std::size_t column_rows = [] {
+  constexpr std::size_t n = column_count<E, typename E::shape_type>(), block = row_block<typename E::shape_type>;
+  if constexpr (n == 0) return block;
+  else return std::min({block, std::size_t{512}, std::max<std::size_t>(1, 2048 / n)});
+}();
 
 /// The row loop of `dst = E`: blocks of rows, each its reductions then its elements; pieces of
 /// rows on the thread pool.
@@ -629,8 +633,8 @@ void run_rows(const bound& b, void* dst) {
   auto* out = static_cast<V*>(dst);
   bool keeps = false;
   if constexpr (found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b);
-  // the output stored past the cache (streams_output), unless the reductions keep values in it
-  const bool stream = std::is_same_v<V, float> && !keeps && streams_output(sizeof(V) * Sh::size, out, b.leaves, E::n_leaves);
+  // the output stored past the cache (streams_output; not when the reductions keep values in it)
+  const bool stream = std::is_same_v<V, float> && streams_output(sizeof(V) * Sh::size, out, b.leaves, E::n_leaves, keeps);
   for_units(rows, std::max<std::size_t>(1, loop_grain / C), [&](std::size_t r0, std::size_t r1) {
     kernels::simd::fp_env env;
     // the columns of up to column_rows<E> rows, on this thread's stack (a loop allocates
@@ -654,13 +658,14 @@ void run_rows(const bound& b, void* dst) {
           auto fill = [&]<class N, slots S>() {
             for (std::size_t row = s; row < t; ++row) cols[S.temp][row - s] = evaluator<N>::template load<S>(b, row);
           };
-          for_each_column<E, slots{}, Sh>(fill);
           if constexpr (found) {
-            if (keep) {
+            if (keep) {  // the loop reads the kept subtree back: the columns outside it
+              for_each_column<with_scratch_t<E, T>, slots{}, Sh>(fill);
               loop_range<with_columns_t<with_scratch_t<E, T>, Sh>, P>(row_bound{b, out, cols.data(), s}, out, s * C, t * C);
               continue;
             }
           }
+          for_each_column<E, slots{}, Sh>(fill);
           loop_range<with_columns_t<E, Sh>, P>(row_bound{b, nullptr, cols.data(), s}, out, s * C, t * C, stream);
         }
       }

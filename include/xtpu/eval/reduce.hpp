@@ -108,7 +108,7 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
         };
         auto value = [&](std::size_t i) { return element<S>(b, i); };
         // blocks on threads, `chunk` at a time, combined in order; their results on the stack
-        // (a reduction allocates nothing, as a loop does not: lazy/plan.hpp's may_throw)
+        // (a reduction allocates nothing, so it cannot throw: lazy/plan.hpp's may_throw)
         constexpr std::size_t blocks = (n + reduce_order::block - 1) / reduce_order::block;
         constexpr std::size_t chunk = std::min<std::size_t>(blocks, 64);
         std::array<float, chunk> part{};
