@@ -1,17 +1,11 @@
 // Row-loop columns (eval/program.hpp, "Columns"): the float maps of shape (rows..., 1) that
 // read a reduction, which a row loop computes once per row, and how many rows of them it
 // keeps on the stack. Checked on the types the compiler builds.
-#include <xtpu/xtpu.hpp>
+#include "types.hpp"
 
 namespace {
-namespace d = xtpu::detail;
-template <std::size_t... D>
-using f32 = xtpu::tensor<float, D...>;
-template <class T>
-const T& val();
+using namespace xtpu_static;
 
-template <class E>
-using node_of = d::node_t<const E&>;
 template <class E>
 inline constexpr std::size_t columns_of = d::column_count<node_of<E>, typename node_of<E>::shape_type>();
 
