@@ -1,5 +1,5 @@
 // Prints one hash of the bits of three training steps of a small MLP (matmuls with fused
-// epilogues, broadcasts, softmax/log_softmax, where, reductions, an AdamW-style update with
+// epilogues, broadcasts, softmax/log_softmax, a layer norm, where, reductions, an AdamW-style update with
 // sqrt and division, gelu/tanh/sigmoid/exp/log/rsqrt/pow), at every ISA setting this CPU has and at
 // 1 and 2 threads. tests/cross/compare.cmake builds this file with g++ at -O0, -O2
 // -march=x86-64, -O3 -march=native -ffp-contract=fast and -O2 -march=native -ffp-contract=off,
@@ -47,9 +47,12 @@ void train_step(model& m, const xtpu::tensor<float, B, D>& x, const xtpu::tensor
   m.w2 = m.w2 - 0.05f * xtpu::matmul(xtpu::transpose(a), g2);
   xtpu::tensor<float, B> stat = xtpu::log(xtpu::sum<1>(xtpu::exp(logits - xtpu::reshape<B, 1>(xtpu::max<1>(logits))))) + xtpu::rsqrt(xtpu::abs(xtpu::mean<1>(pre)) + 1.0f) +
                                  xtpu::mean<1>(xtpu::pow(xtpu::abs(pre) + 0.5f, xtpu::tanh(pre) * 3.0f));
+  auto ac = a - xtpu::reshape<B, 1>(xtpu::mean<1>(a));  // a layer norm: a row loop with a column (rsqrt)
+  xtpu::tensor<float, B, H> ln = ac * xtpu::rsqrt(xtpu::reshape<B, 1>(xtpu::mean<1>(ac * ac)) + 1e-5f);
   xtpu::mark_step();
   fold(loss);
   fold(stat);
+  fold(ln);
 }
 }  // namespace
 

@@ -320,8 +320,9 @@ TEST(Loops, ElementwiseChainsBroadcastsAndLayoutsGiveTheSameBitsEverywhere) {
 // A float output of half the cache or more is stored past the cache (eval/loop.hpp,
 // streams_output); lowered to every output here: rows that start unaligned (1010 and 500
 // floats: elements one at a time up to an aligned address, then packets), a piece per thread,
-// an output in an input's buffer (not streamed), and bf16 and int32 outputs (never streamed)
-// all keep the bits of plain stores.
+// an output in an input's buffer (not streamed), bf16 and int32 outputs (never streamed), a
+// row loop (a layer norm over rows of 999) and a row loop that keeps exp in its output
+// (softmax: not streamed) all keep the bits of plain stores.
 TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
   auto x = device<float, 64, 1000>(values(64 * 1000, 1, 3.0f));
   auto y = device<float, 64, 1000>(values(64 * 1000, 2, 3.0f));
@@ -336,6 +337,14 @@ TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
     xtpu::tensor<xtpu::bf16, 64, 1000> half = xtpu::cast<xtpu::bf16>(x * 1.5f);
     xtpu::tensor<std::int32_t, 64, 1000> ints = xtpu::cast<std::int32_t>(y * 10.0f);
     xtpu::tensor<float, 64, 1000> in_place = xtpu::full<float, 64, 1000>(2.0f);
+    auto odd = xtpu::slice<1, 0, 999>(x);  // rows of 999: blocks that start unaligned
+    auto oc = odd - xtpu::reshape<64, 1>(xtpu::mean<1>(odd));
+    xtpu::tensor<float, 64, 999> ln = oc * xtpu::rsqrt(xtpu::reshape<64, 1>(xtpu::mean<1>(oc * oc)) + 1e-5f);  // a row loop
+    xtpu::tensor<float, 64, 1000> sm = xtpu::softmax<1>(y);  // a row loop that keeps exp in its output: stored plainly
+    const std::string rows = xtpu::lazy::explain();
+    const auto first = rows.find("row loop -> out");
+    EXPECT_NE(first, std::string::npos) << rows;
+    EXPECT_NE(rows.find("row loop -> out", first + 1), std::string::npos) << rows;  // ln and sm
     xtpu::mark_step();
     in_place = in_place * x + 1.0f;  // its buffer is the output's: donated, stored plainly
     const std::string plan = xtpu::lazy::explain();
@@ -348,6 +357,8 @@ TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
     append(out, half);
     append(out, ints);
     append(out, in_place);
+    append(out, ln);
+    append(out, sm);
     return out;
   };
   auto& least = xtpu::detail::stream_bytes();
@@ -442,6 +453,75 @@ TEST(Loops, RowLoopsGiveTheBitsOfSeparateStatements) {
     EXPECT_EQ(host(ln), host(ln2));
     std::vector<float> out;
     for (const auto* t : {&sm, &mixed, &ln}) append(out, *t);
+    return out;
+  });
+}
+
+// A row loop computes a float column over its rows that reads a reduction (rsqrt(var + eps),
+// log(sum)) once per row, not per packet (eval/program.hpp, "Columns"): the same bits as the
+// column stored by its own statement. Two columns of one type with different inputs (x's and
+// y's) each read their own values; rows of rank 3; log_softmax's log(sum); a column beside
+// kept values (softmax's exp); short rows, whose columns are computed 512 rows at a time (4000
+// rows of 40: blocks of 1638 rows, pieces of threads that start inside a block); rows shorter
+// than a packet (3 floats), where each lane reads its row's column.
+TEST(Loops, RowLoopColumnsGiveTheBitsOfAStoredColumn) {
+  auto x = device<float, 3, 13, 257>(values(3 * 13 * 257, 31, 4.0f));
+  auto y = device<float, 3, 13, 257>(values(3 * 13 * 257, 32, 0.5f));
+  auto z = device<float, 29, 301>(values(29 * 301, 33, 30.0f));
+  auto w = device<float, 4000, 40>(values(4000 * 40, 34, 2.0f));
+  auto u = device<float, 2000, 3>(values(2000 * 3, 35, 2.0f));
+  const auto row_loops = [](const std::string& plan) {
+    std::size_t n = 0;
+    for (auto at = plan.find("row loop -> out"); at != std::string::npos; at = plan.find("row loop -> out", at + 1)) ++n;
+    return n;
+  };
+  every_path([&] {
+    xtpu::tensor<float, 4000, 40> wn = w * xtpu::rsqrt(xtpu::reshape<4000, 1>(xtpu::mean<1>(w * w)) + 1e-5f);
+    xtpu::tensor<float, 2000, 3> un = u * xtpu::rsqrt(xtpu::reshape<2000, 1>(xtpu::mean<1>(u * u)) + 1e-5f);
+    EXPECT_EQ(row_loops(xtpu::lazy::explain()), 2u) << xtpu::lazy::explain();
+    xtpu::mark_step();
+    xtpu::tensor<float, 4000, 1> rw = xtpu::rsqrt(xtpu::reshape<4000, 1>(xtpu::mean<1>(w * w)) + 1e-5f);
+    xtpu::tensor<float, 2000, 1> ru = xtpu::rsqrt(xtpu::reshape<2000, 1>(xtpu::mean<1>(u * u)) + 1e-5f);
+    xtpu::mark_step();
+    xtpu::tensor<float, 4000, 40> wn2 = w * rw;
+    xtpu::tensor<float, 2000, 3> un2 = u * ru;
+    xtpu::mark_step();
+    EXPECT_EQ(host(wn), host(wn2));
+    EXPECT_EQ(host(un), host(un2));
+    using col = xtpu::tensor<float, 3, 13, 1>;
+    const auto rms = [](const auto& v) {
+      return xtpu::rsqrt(xtpu::reshape<3, 13, 1>(xtpu::mean<2>(v * v)) + 1e-5f);
+    };
+    xtpu::tensor<float, 3, 13, 257> two = x * rms(x) - y * rms(y) + xtpu::log(xtpu::reshape<3, 13, 1>(xtpu::sum<2>(xtpu::exp(y))));
+    xtpu::tensor<float, 29, 301> lsm = xtpu::log_softmax<1>(z);
+    // a column beside kept values: the loop reads exp(z - max) back and (sum + 0.5) once per row
+    auto ez = xtpu::exp(z - xtpu::reshape<29, 1>(xtpu::max<1>(z)));
+    xtpu::tensor<float, 29, 301> kept = ez / (xtpu::reshape<29, 1>(xtpu::sum<1>(ez)) + 0.5f);
+    const std::string plan = xtpu::lazy::explain();
+    xtpu::mark_step();
+    EXPECT_EQ(row_loops(plan), 3u) << plan;  // all three statements
+
+    col rx = rms(x), ry = rms(y), ly = xtpu::log(xtpu::reshape<3, 13, 1>(xtpu::sum<2>(xtpu::exp(y))));
+    xtpu::tensor<float, 29, 1> mz = xtpu::reshape<29, 1>(xtpu::max<1>(z));
+    xtpu::mark_step();
+    xtpu::tensor<float, 29, 1> lz = xtpu::log(xtpu::reshape<29, 1>(xtpu::sum<1>(xtpu::exp(z - mz))));
+    xtpu::mark_step();
+    xtpu::tensor<float, 3, 13, 257> two2 = x * rx - y * ry + ly;
+    xtpu::tensor<float, 29, 301> lsm2 = (z - mz) - lz, ez2 = xtpu::exp(z - mz);
+    xtpu::mark_step();
+    xtpu::tensor<float, 29, 1> sz = xtpu::reshape<29, 1>(xtpu::sum<1>(ez2)) + 0.5f;
+    xtpu::mark_step();
+    xtpu::tensor<float, 29, 301> kept2 = ez2 / sz;
+    xtpu::mark_step();
+    EXPECT_EQ(host(two), host(two2));
+    EXPECT_EQ(host(lsm), host(lsm2));
+    EXPECT_EQ(host(kept), host(kept2));
+    std::vector<float> out;
+    append(out, two);
+    append(out, lsm);
+    append(out, kept);
+    append(out, wn);
+    append(out, un);
     return out;
   });
 }
@@ -597,8 +677,10 @@ TEST(Reductions, MaxReturnsTheFirstNanAndTheFirstZeroOfEachLane) {
   check(std::integral_constant<std::size_t, 20000>{});
 }
 
+// 131 blocks of 16384, the last one short: two rounds of the 64 blocks eval/reduce.hpp keeps
+// at a time and a round of three
 TEST(Reductions, SumOfMillionsIsCloseToFloat64) {
-  constexpr std::size_t n = 1 << 21;
+  constexpr std::size_t n = (1 << 21) + 2 * 16384 + 123;
   const auto v = values(n, 11);
   auto x = xtpu::from_host<float, n>(v);
   const double want = [&] {
@@ -610,6 +692,7 @@ TEST(Reductions, SumOfMillionsIsCloseToFloat64) {
   double mag = 0;
   for (float e : v) mag += std::fabs(e);
   EXPECT_NEAR(got, want, 1e-6 * mag);
+  EXPECT_EQ(bits(got), bits(canonical_sum(v)));
 }
 
 TEST(Reductions, SoftmaxAndLogSoftmaxAgainstFloat64) {

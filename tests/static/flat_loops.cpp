@@ -1,14 +1,10 @@
 // One loop for every shape (eval/flat.hpp): statements that differ only in their shapes run
 // the same function; a statement that broadcasts more than one value, or reads through a
 // permute, keeps a loop of its own. Checked on the kernel tables the compiler builds.
-#include <xtpu/xtpu.hpp>
+#include "types.hpp"
 
 namespace {
-namespace d = xtpu::detail;
-template <std::size_t... D>
-using f32 = xtpu::tensor<float, D...>;
-template <class T>
-const T& val();
+using namespace xtpu_static;
 
 /// The loop a statement `t = E` runs (its kernel table's last entry).
 template <class E>

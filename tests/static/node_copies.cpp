@@ -3,16 +3,10 @@
 // no constructor or destructor per node type (what docs/training.md's compile-time figures
 // measure). Child K is detail::arg<K>(node), for five children or more (a concat: a tuple
 // inside the pack, not trivial) too.
-#include <xtpu/xtpu.hpp>
+#include "types.hpp"
 
 namespace {
-namespace d = xtpu::detail;
-template <std::size_t... D>
-using f32 = xtpu::tensor<float, D...>;
-template <class T>
-const T& val();
-template <class E>
-using node_of = d::node_t<const E&>;
+using namespace xtpu_static;
 
 // an AdamW-style moment update, a linear layer, a softmax: over named tensors, trivial
 using moment = node_of<decltype(val<f32<128, 32>>() * 0.9f + (1.0f - 0.9f) * (val<f32<128, 32>>() - val<f32<32>>()))>;

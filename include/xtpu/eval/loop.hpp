@@ -5,9 +5,11 @@
 //   detail::loop_range<N, P>(bound, out, begin, end, stream) — elements [begin, end) of N, a
 //     packet at a time on path P inside each block of N's last Q axes (Q: loop_q, the largest
 //     block with no gather, or the largest at least a packet long), the rest one element at a
-//     time; `stream`: the output stored past the cache;
-//   detail::streams_output(bytes, out, leaves, n) — whether a loop stores its output past the
-//     cache (from stream_bytes(), half the largest cache);
+//     time; `stream`: the output stored past the cache; the bound (a row loop's row_bound too)
+//     read from the loop's own copy of its slots (local_slots), the packet tree inlined
+//     (XTPU_FLATTEN, optimised builds);
+//   detail::streams_output(bytes, out, leaves, n, reads_out) — whether a loop stores its
+//     output past the cache (from stream_bytes(), half the largest cache);
 //   detail::for_ranges(n, grain, f) — f(begin, end) over [0, n) elements split into pieces of at
 //     least `grain` for the thread pool (one piece, on the caller, below it); for_units the
 //     same over rows or blocks (pieces not rounded to 64);
@@ -34,6 +36,24 @@
 #include "xtpu/kernels/cpu.hpp"
 #include "xtpu/kernels/simd.hpp"
 #include "xtpu/kernels/thread_pool.hpp"
+
+// XTPU_FLATTEN: [[gnu::flatten]] on the two loops below (their statement's packet tree inlined
+// into them) in optimised builds. Empty at -O0 and under ASan or TSan, where the inlined tree
+// of each instantiation took minutes to compile (ASan's test_loops.cpp: 108 s -> 589 s) and
+// the loops' speed does not matter; a build may define it itself (the sanitizer presets
+// define it empty, which covers UBSan alone too).
+#ifndef XTPU_FLATTEN
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__OPTIMIZE__)
+#define XTPU_FLATTEN
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define XTPU_FLATTEN
+#endif
+#endif
+#ifndef XTPU_FLATTEN
+#define XTPU_FLATTEN [[gnu::flatten]]
+#endif
+#endif
 
 namespace xtpu::detail {
 
@@ -68,22 +88,54 @@ inline std::atomic<std::size_t>& stream_bytes() noexcept {
 /// streamed store saves the read of each line a plain store makes first (one pass over memory
 /// in six for `max(a*b+c, 0)*d`). Not when the output is one of the loop's inputs (`leaves`,
 /// n of them: a donated buffer), whose lines are in the cache already (streaming them
-/// measured twice as slow), nor under XTPU_USE_BF16, whose rounding pass reads the output
-/// straight back. Multi-output, row and matmul-epilogue loops store plainly.
-inline bool streams_output(std::size_t bytes, const void* out, const void* const* leaves, std::size_t n) noexcept {
-  if (bytes < stream_bytes().load(std::memory_order_relaxed) || xtpu::use_bf16()) return false;
+/// measured twice as slow), nor when the loop reads its output back (`reads_out`: a row loop
+/// whose reductions keep values in it, eval/program.hpp's run_rows), nor under XTPU_USE_BF16,
+/// whose rounding pass reads the output straight back. Multi-output and matmul-epilogue loops
+/// store plainly.
+inline bool streams_output(std::size_t bytes, const void* out, const void* const* leaves, std::size_t n,
+                           bool reads_out = false) noexcept {
+  if (reads_out || bytes < stream_bytes().load(std::memory_order_relaxed) || xtpu::use_bf16()) return false;
   for (std::size_t l = 0; l < n; ++l)
     if (leaves[l] == out) return false;
   return true;
 }
 
+/// A bound B whose slot arrays — the first NLeaves leaves, NScalars scalars and NTemps temps
+/// (a statement's all), and a row loop's NTemps columns — are copies in the loop's own frame
+/// (`b`). A loop's vector stores may alias any memory the compiler cannot see is private, so
+/// with the caller's arrays it reads every pointer and scalar again for each packet; with
+/// these it keeps them in registers.
+template <std::size_t NLeaves, std::size_t NScalars, std::size_t NTemps, class B>
+struct local_slots {
+  std::array<const void*, NLeaves> leaves{};
+  std::array<double, NScalars> scalars{};
+  std::array<const void*, NTemps> temps{};
+  std::array<float*, NTemps> cols{};
+  B b;
+  explicit local_slots(const B& from) noexcept : b(from) {
+    std::copy_n(from.leaves, NLeaves, leaves.begin());
+    std::copy_n(from.scalars, NScalars, scalars.begin());
+    std::copy_n(from.temps, NTemps, temps.begin());
+    b.leaves = leaves.data(), b.scalars = scalars.data(), b.temps = temps.data();
+    if constexpr (requires { from.cols; }) {
+      if (from.cols) std::copy_n(from.cols, NTemps, cols.begin()), b.cols = cols.data();
+    }
+  }
+  local_slots(const local_slots&) = delete;
+  local_slots& operator=(const local_slots&) = delete;
+};
+
 /// Elements [begin, end) of the statement `out = N`, on path P; `stream`: a float output's
 /// packets stored past the cache (streams_output) — each block's elements one at a time up to
 /// the first address a packet may stream to, then packets from there (where packets start
-/// changes no bits) — fenced before it returns.
-template <class N, path P>
-void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, std::size_t end, bool stream = false) noexcept {
+/// changes no bits) — fenced before it returns. Flattened: the statement's whole packet tree
+/// is inlined into the loop (g++ -O2 left a child's packet a call per packet), which reads
+/// b's slots from its own frame (local_slots); docs/benchmarks.md, "Row loops".
+template <class N, path P, class B>
+XTPU_FLATTEN void loop_range(const B& from, typename N::value_type* out, std::size_t begin, std::size_t end, bool stream = false) noexcept {
   using T = typename N::value_type;
+  const local_slots<N::n_leaves, N::n_scalars, N::n_temps, B> local(from);
+  const bound& b = local.b;
   constexpr std::size_t W = width_v<P>;
   constexpr std::size_t Q = P == path::scalar ? 0 : loop_q<N, W>;
   if constexpr (Q == 0 || !is_floating_v<T>) {
@@ -98,10 +150,9 @@ void loop_range(const bound& b, typename N::value_type* out, std::size_t begin, 
           for (; i < stop && reinterpret_cast<std::uintptr_t>(out + i) % (W * sizeof(float)) != 0; ++i)
             out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
           for (; i + W <= stop; i += W) kernels::simd::store_stream(out + i, evaluator<N>::template packet<slots{}, P, Q>(b, i));
-          for (; i < stop; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
-          continue;
         }
       }
+      // (after streamed packets: no whole packet left, only the shared tail)
       for (; i + W <= stop; i += W) store_lanes<T>(out + i, evaluator<N>::template packet<slots{}, P, Q>(b, i));
       for (; i < stop; ++i) out[i] = store_as<T>(evaluator<N>::template load<slots{}>(b, i));
     }
@@ -189,10 +240,10 @@ struct float_combine {
 };
 
 /// One block of the canonical reduction: values v(k) for k in [0, n), n <= reduce_order::block;
-/// `packet(k)` gives W values from k (k a multiple of W, within a run that `contiguous(k)`
-/// says is one packet long), `value(k)` one value.
+/// `packet(k)` gives W values from k (k a multiple of W), `value(k)` one value. Flattened, as
+/// loop_range: `packet` inlined.
 template <bool Max, path P, class Packet, class Value>
-float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
+XTPU_FLATTEN float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
   using C = float_combine<Max>;
   constexpr std::size_t W = width_v<P>, G = reduce_order::lanes / W;  // batches per 16 lanes
   std::array<float, 16> lane;
@@ -223,6 +274,13 @@ float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) 
         ((acc[Gs] = C::step(C::step(C::step(acc[Gs], r1[Gs]), r2[Gs]), r3[Gs])), ...);
         k = 16 * steps;
       } else if (packets) {
+        // two steps' packets computed before either is added, then added in order: the same
+        // sums, with twice the independent work in flight (exp's polynomial is a long chain)
+        for (; k + 32 <= n; k += 32) {
+          const V now[G] = {V(packet(k + Gs * W))...}, next[G] = {V(packet(k + 16 + Gs * W))...};
+          ((acc[Gs] = C::step(acc[Gs], now[Gs])), ...);
+          ((acc[Gs] = C::step(acc[Gs], next[Gs])), ...);
+        }
         for (; k + 16 <= n; k += 16) ((acc[Gs] = C::step(acc[Gs], V(packet(k + Gs * W)))), ...);
       }
       (acc[Gs].store_unaligned(lane.data() + Gs * W), ...);

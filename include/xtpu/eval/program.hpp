@@ -392,9 +392,13 @@ struct row_scratch {
   using children = std::tuple<>;
 };
 
-/// The bound of a row loop with kept values (the only kind of call that reads a row_scratch).
+/// The bound of a row loop: kept values (the only kind of call that reads a row_scratch) and
+/// its columns (row_column): cols[k] the column whose subtree's first temp is slot k, from
+/// row row0 on.
 struct row_bound : bound {
-  const float* keep;
+  const float* keep = nullptr;
+  float* const* cols = nullptr;
+  std::size_t row0 = 0;
 };
 
 template <class C>
@@ -420,6 +424,83 @@ template <class Shape, class C, class T>
 struct with_scratch<reshape_node<Shape, C>, T> {
   using type = reshape_node<Shape, with_scratch_t<C, T>>;
 };
+
+// Columns. A float map of shape (rows..., 1) over the loop's rows that reads a reduction —
+// layer-norm's rsqrt(var + eps), log_softmax's log(sum) — is one value per row that each
+// element of the row reads. Read as one value splat per packet, it would be computed again
+// for every packet (a square root and a division, layer-norm's); the row loop computes it once
+// per row instead, after the block's reductions, into a column (row_bound::cols) that the loop
+// reads (row_column). The value is the one the loop would compute (its element's load, the
+// reference every packet matches): the bits do not change.
+
+/// N is a column of a row loop over Sh: a float map of shape (rows of Sh..., 1) that reads a
+/// reduction (so its first temp slot names it), in a loop whose rows are longer than one.
+template <class N, class Sh>
+constexpr bool is_row_column() {
+  using S = typename N::shape_type;
+  if constexpr (!is_map_v<N> || N::n_temps == 0 || !std::is_same_v<typename N::value_type, float>) return false;
+  else return Sh::dims[Sh::rank - 1] > 1 && same_rows<S, Sh>() && S::dims[S::rank - 1] == 1;
+}
+
+/// What a row loop's root reads in place of column C: the value of C's row, from
+/// row_bound::cols[S.temp] (S: where C is placed). It has no packet of its own: its parent
+/// reads one value per packet (a constant edge) where a row holds whole packets, and one per
+/// lane (a gather) where rows are shorter than a packet.
+template <class C>
+struct row_column {
+  using value_type = float;
+  using shape_type = typename C::shape_type;
+  static constexpr bool weak = C::weak, materialized = false;
+  static constexpr std::size_t n_leaves = C::n_leaves, n_scalars = C::n_scalars, n_temps = C::n_temps;
+  static constexpr std::uint64_t fingerprint = C::fingerprint;
+  using children = std::tuple<>;
+};
+template <class C>
+struct evaluator<row_column<C>> {
+  template <slots S>
+  static float load(const bound& b, std::size_t i) noexcept {
+    const auto& rb = static_cast<const row_bound&>(b);
+    return rb.cols[S.temp][i - rb.row0];
+  }
+};
+
+/// N with each outermost column of a row loop over Sh replaced by its row_column.
+template <class N, class Sh>
+struct with_columns {
+  using type = N;
+};
+template <class N, class Sh>
+using with_columns_t =
+    typename std::conditional_t<is_row_column<N, Sh>(), std::type_identity<row_column<N>>, with_columns<N, Sh>>::type;
+template <class Op, class... C, class Sh>
+struct with_columns<map<Op, C...>, Sh> {
+  using type = map<Op, with_columns_t<C, Sh>...>;
+};
+
+/// f.template operator()<C, S>() for each outermost column C (at S) of a row loop over Sh in N.
+template <class N, slots S, class Sh, class F>
+void for_each_column(F& f) {
+  if constexpr (is_row_column<N, Sh>()) {
+    f.template operator()<N, S>();
+  } else if constexpr (is_map_v<N>) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (for_each_column<child_t<N, I>, child_slots<N, S, I>, Sh>(f), ...);
+    }(std::make_index_sequence<children_count_v<N>>{});
+  }
+}
+/// How many columns for_each_column visits.
+template <class N, class Sh>
+constexpr std::size_t column_count() {
+  if constexpr (is_row_column<N, Sh>()) {
+    return 1;
+  } else if constexpr (is_map_v<N>) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (std::size_t{0} + ... + column_count<child_t<N, I>, Sh>());
+    }(std::make_index_sequence<children_count_v<N>>{});
+  } else {
+    return 0;
+  }
+}
 
 /// Whether N's loop (N's maps and reshapes, not inside a reduction) reads a T.
 template <class N, class T>
@@ -526,6 +607,16 @@ void reduce_rows_of(const bound& b, std::size_t r0, std::size_t r1, const void**
 template <class Sh>
 inline constexpr std::size_t row_block = std::max<std::size_t>(1, 65536 / Sh::dims[Sh::rank - 1]);
 
+/// Rows whose columns a row loop computes before it reads them: a block of rows, at most 512
+/// and at most 8 KiB of columns in all (2048 values: on each thread's stack); a block without
+/// columns in one piece.
+template <class E>
+inline constexpr std::size_t column_rows = [] {
+  constexpr std::size_t n = column_count<E, typename E::shape_type>(), block = row_block<typename E::shape_type>;
+  if constexpr (n == 0) return block;
+  else return std::min({block, std::size_t{512}, std::max<std::size_t>(1, 2048 / n)});
+}();
+
 /// The row loop of `dst = E`: blocks of rows, each its reductions then its elements; pieces of
 /// rows on the thread pool.
 template <class E>
@@ -542,23 +633,41 @@ void run_rows(const bound& b, void* dst) {
   auto* out = static_cast<V*>(dst);
   bool keeps = false;
   if constexpr (found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b);
+  // the output stored past the cache (streams_output; not when the reductions keep values in it)
+  const bool stream = std::is_same_v<V, float> && streams_output(sizeof(V) * Sh::size, out, b.leaves, E::n_leaves, keeps);
   for_units(rows, std::max<std::size_t>(1, loop_grain / C), [&](std::size_t r0, std::size_t r1) {
     kernels::simd::fp_env env;
+    // the columns of up to column_rows<E> rows, on this thread's stack (a loop allocates
+    // nothing, so it cannot throw): cols[k] for the column whose first temp is slot k
+    std::array<float, column_count<E, Sh>() * column_rows<E>> column_values;
+    std::array<float*, E::n_temps> cols{};
+    auto place = [&, k = std::size_t{0}]<class N, slots S>() mutable { cols[S.temp] = column_values.data() + column_rows<E> * k++; };
+    for_each_column<E, slots{}, Sh>(place);
     kernels::simd::dispatch([&](auto p) {
       constexpr path P = decltype(p)::value;
       for (std::size_t r = r0; r < r1; r += row_block<Sh>) {
         const std::size_t e = std::min(r1, r + row_block<Sh>);
         std::array<const void*, E::n_temps> done{};
         std::size_t n_done = 0;
-        if constexpr (found) {
-          if (keeps) {
-            reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, out);
-            loop_range<with_scratch_t<E, T>, P>(row_bound{b, out}, out, r * C, e * C);
-            continue;
+        float* keep = nullptr;  // where the reductions keep values: the output, when kept
+        if constexpr (found) keep = keeps ? out : nullptr;
+        reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, keep);
+        for (std::size_t s = r; s < e; s += column_rows<E>) {
+          const std::size_t t = std::min(e, s + column_rows<E>);
+          // a column's row r is element r of its (rows..., 1) shape
+          auto fill = [&]<class N, slots S>() {
+            for (std::size_t row = s; row < t; ++row) cols[S.temp][row - s] = evaluator<N>::template load<S>(b, row);
+          };
+          if constexpr (found) {
+            if (keep) {  // the loop reads the kept subtree back: the columns outside it
+              for_each_column<with_scratch_t<E, T>, slots{}, Sh>(fill);
+              loop_range<with_columns_t<with_scratch_t<E, T>, Sh>, P>(row_bound{b, out, cols.data(), s}, out, s * C, t * C);
+              continue;
+            }
           }
+          for_each_column<E, slots{}, Sh>(fill);
+          loop_range<with_columns_t<E, Sh>, P>(row_bound{b, nullptr, cols.data(), s}, out, s * C, t * C, stream);
         }
-        reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, nullptr);
-        loop_range<E, P>(b, out, r * C, e * C);
       }
     });
   });

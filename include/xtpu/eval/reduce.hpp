@@ -11,9 +11,10 @@
 // x (..., n, ...) -> (..., ...) over axis `Axis`, or x (any) -> () over all axes.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "xtpu/eval/elementwise.hpp"
 #include "xtpu/eval/loop.hpp"
@@ -106,18 +107,23 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
           else return lanes_t<P>(0.0f);
         };
         auto value = [&](std::size_t i) { return element<S>(b, i); };
-        // blocks on threads, combined in order
+        // blocks on threads, `chunk` at a time, combined in order; their results on the stack
+        // (a reduction allocates nothing, so it cannot throw: lazy/plan.hpp's may_throw)
         constexpr std::size_t blocks = (n + reduce_order::block - 1) / reduce_order::block;
-        std::vector<float> part(blocks);
-        for_units(blocks, 4, [&](std::size_t b0, std::size_t b1) {
-          for (std::size_t k = b0; k < b1; ++k) {
-            const std::size_t first = k * reduce_order::block, m = std::min(reduce_order::block, n - first);
-            part[k] = reduce_block<is_max, P>(
-                m, packets, [&](std::size_t i) { return packet(first + i); }, [&](std::size_t i) { return value(first + i); });
-          }
-        });
+        constexpr std::size_t chunk = std::min<std::size_t>(blocks, 64);
+        std::array<float, chunk> part{};
         float total = float_combine<is_max>::template identity<float>();
-        for (float x : part) total = float_combine<is_max>::step(total, x);
+        for (std::size_t c0 = 0; c0 < blocks; c0 += chunk) {
+          const std::size_t c1 = std::min(blocks, c0 + chunk);
+          for_units(c1 - c0, 4, [&](std::size_t k0, std::size_t k1) {
+            for (std::size_t k = k0; k < k1; ++k) {
+              const std::size_t first = (c0 + k) * reduce_order::block, m = std::min(reduce_order::block, n - first);
+              part[k] = reduce_block<is_max, P>(
+                  m, packets, [&](std::size_t i) { return packet(first + i); }, [&](std::size_t i) { return value(first + i); });
+            }
+          });
+          for (std::size_t k = 0; k < c1 - c0; ++k) total = float_combine<is_max>::step(total, part[k]);
+        }
         out[0] = store_as<value_type>(finish(total));
       } else {
         for_units(outer, std::max<std::size_t>(1, 32768 / n),

@@ -7,8 +7,10 @@
 // nested jobs (f itself calling run) and jobs from several threads at once safe. Indices are
 // claimed from one atomic counter per job, so no index runs twice whatever the timing. If some
 // f(i) throws, the indices not yet claimed are skipped and run() rethrows the first exception
-// in the caller. Workers are created on first use (up to n - 1), spin briefly for the next job
-// (steps come back to back), then sleep.
+// in the caller; run() throws nothing else: it allocates nothing (the queue is a list through
+// the jobs themselves), and a worker that cannot be created (std::system_error) leaves its
+// share to the others and the caller. Workers are created on first use (up to n - 1), spin
+// briefly for the next job (steps come back to back), then sleep.
 // A job's split never changes what any output element computes (each index is a fixed piece of
 // the output, computed in k order by whichever thread claims it).
 // Observing it (lazy/step.hpp's follow_trace installs one while a trace records, told by the
@@ -25,7 +27,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -115,6 +116,8 @@ class thread_pool {
     int holders = 0;               // workers that may still touch this job (guarded by mu_)
     int tag = 0;                   // job_tag() of the thread that started it
     work_observer_fn observer = nullptr;
+    job* newer = nullptr;          // the queue's links (guarded by mu_)
+    bool queued = false;
   };
 
   thread_pool() = default;
@@ -132,8 +135,7 @@ class thread_pool {
     {
       std::lock_guard lock(mu_);
       grow(n - 1);
-      queue_.push_back(&j);
-      queued_.fetch_add(1, std::memory_order_release);
+      enqueue(&j);
     }
     cv_.notify_all();
     report(j.observer, work_on(j, true));  // the caller claims indices too: progress without any free worker
@@ -183,21 +185,35 @@ class thread_pool {
   }
 
   // the following run with mu_ held
-  void grow(int n) {
-    while (static_cast<int>(workers_.size()) < n) workers_.emplace_back([this] { loop(); });
+  /// Up to n workers; one that cannot be created (no thread or no memory for it) is not
+  /// waited for: the caller claims indices too, so the job finishes without it.
+  void grow(int n) noexcept {
+    try {
+      while (static_cast<int>(workers_.size()) < n) workers_.emplace_back([this] { loop(); });
+    } catch (...) {
+    }
   }
-  void dequeue(job* j) {
-    for (auto it = queue_.begin(); it != queue_.end(); ++it)
-      if (*it == j) {
-        queue_.erase(it);
-        queued_.fetch_sub(1, std::memory_order_release);
-        return;
-      }
+  void enqueue(job* j) noexcept {
+    (oldest_ ? newest_->newer : oldest_) = j;
+    newest_ = j;
+    j->queued = true;
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  void dequeue(job* j) noexcept {
+    if (!j->queued) return;
+    job** link = &oldest_;
+    job* older = nullptr;
+    while (*link != j) older = *link, link = &(*link)->newer;
+    *link = j->newer;
+    if (newest_ == j) newest_ = older;
+    j->newer = nullptr;
+    j->queued = false;
+    queued_.fetch_sub(1, std::memory_order_release);
   }
   /// The oldest job with an unclaimed index (exhausted ones leave the queue), or null.
-  job* take() {
-    while (!queue_.empty()) {
-      job* j = queue_.front();
+  job* take() noexcept {
+    while (oldest_) {
+      job* j = oldest_;
       if (j->next.load(std::memory_order_relaxed) < j->n) {
         ++j->holders;
         return j;
@@ -238,7 +254,8 @@ class thread_pool {
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::vector<std::thread> workers_;
-  std::deque<job*> queue_;
+  job* oldest_ = nullptr;  // the queue: jobs linked oldest to newest through job::newer
+  job* newest_ = nullptr;
   std::atomic<int> queued_{0};
   std::atomic<bool> stopping_{false};
   bool stop_ = false;

@@ -405,8 +405,8 @@ class planner {
       if (!reads_in_place(q, x)) return false;
     return true;
   }
-  /// Op o can throw: a matmul (its operand buffers, the thread pool); loops, reductions and
-  /// copies cannot.
+  /// Op o can throw: a matmul (its operand buffers); loops, reductions and copies cannot —
+  /// they allocate nothing, and the thread pool throws only what their (noexcept) pieces throw.
   bool may_throw(std::size_t o) const {
     const auto it = std::upper_bound(p_.stmts.begin(), p_.stmts.end(), o,
                                      [](std::size_t v, const plan::stmt_plan& sp) { return v < sp.op_end; });
