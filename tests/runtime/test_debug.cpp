@@ -2,6 +2,7 @@
 // sync points by source location, the recompile warnings, and no_recompile_after.
 #include "files.hpp"
 #include "reference.hpp"
+#include "text.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include <sstream>
 
 namespace {
+using xtpu_test::count;
 using xtpu_test::error_message;
 using xtpu_test::has;
 using f48 = xtpu::tensor<float, 4, 8>;
@@ -40,11 +42,6 @@ class Debug : public ::testing::Test {
     std::stringstream s;
     s << in.rdbuf();
     return s.str();
-  }
-  static std::size_t count(const std::string& text, const std::string& what) {
-    std::size_t n = 0;
-    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-    return n;
   }
   std::filesystem::path file_;
   std::size_t capacity_ = 0;

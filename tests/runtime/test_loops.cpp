@@ -3,6 +3,7 @@
 // process runs in; the reduction order written in docs/numerics.md; each function within its
 // documented error of float64.
 #include "reference.hpp"
+#include "text.hpp"
 
 #include <gtest/gtest.h>
 
@@ -342,9 +343,7 @@ TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
     xtpu::tensor<float, 64, 999> ln = oc * xtpu::rsqrt(xtpu::reshape<64, 1>(xtpu::mean<1>(oc * oc)) + 1e-5f);  // a row loop
     xtpu::tensor<float, 64, 1000> sm = xtpu::softmax<1>(y);  // a row loop that keeps exp in its output: stored plainly
     const std::string rows = xtpu::lazy::explain();
-    const auto first = rows.find("row loop -> out");
-    EXPECT_NE(first, std::string::npos) << rows;
-    EXPECT_NE(rows.find("row loop -> out", first + 1), std::string::npos) << rows;  // ln and sm
+    EXPECT_EQ(xtpu_test::count(rows, "row loop -> out"), 2u) << rows;  // ln and sm
     xtpu::mark_step();
     in_place = in_place * x + 1.0f;  // its buffer is the output's: donated, stored plainly
     const std::string plan = xtpu::lazy::explain();
@@ -470,15 +469,10 @@ TEST(Loops, RowLoopColumnsGiveTheBitsOfAStoredColumn) {
   auto z = device<float, 29, 301>(values(29 * 301, 33, 30.0f));
   auto w = device<float, 4000, 40>(values(4000 * 40, 34, 2.0f));
   auto u = device<float, 2000, 3>(values(2000 * 3, 35, 2.0f));
-  const auto row_loops = [](const std::string& plan) {
-    std::size_t n = 0;
-    for (auto at = plan.find("row loop -> out"); at != std::string::npos; at = plan.find("row loop -> out", at + 1)) ++n;
-    return n;
-  };
   every_path([&] {
     xtpu::tensor<float, 4000, 40> wn = w * xtpu::rsqrt(xtpu::reshape<4000, 1>(xtpu::mean<1>(w * w)) + 1e-5f);
     xtpu::tensor<float, 2000, 3> un = u * xtpu::rsqrt(xtpu::reshape<2000, 1>(xtpu::mean<1>(u * u)) + 1e-5f);
-    EXPECT_EQ(row_loops(xtpu::lazy::explain()), 2u) << xtpu::lazy::explain();
+    EXPECT_EQ(xtpu_test::count(xtpu::lazy::explain(), "row loop -> out"), 2u) << xtpu::lazy::explain();
     xtpu::mark_step();
     xtpu::tensor<float, 4000, 1> rw = xtpu::rsqrt(xtpu::reshape<4000, 1>(xtpu::mean<1>(w * w)) + 1e-5f);
     xtpu::tensor<float, 2000, 1> ru = xtpu::rsqrt(xtpu::reshape<2000, 1>(xtpu::mean<1>(u * u)) + 1e-5f);
@@ -499,7 +493,7 @@ TEST(Loops, RowLoopColumnsGiveTheBitsOfAStoredColumn) {
     xtpu::tensor<float, 29, 301> kept = ez / (xtpu::reshape<29, 1>(xtpu::sum<1>(ez)) + 0.5f);
     const std::string plan = xtpu::lazy::explain();
     xtpu::mark_step();
-    EXPECT_EQ(row_loops(plan), 3u) << plan;  // all three statements
+    EXPECT_EQ(xtpu_test::count(plan, "row loop -> out"), 3u) << plan;  // all three statements
 
     col rx = rms(x), ry = rms(y), ly = xtpu::log(xtpu::reshape<3, 13, 1>(xtpu::sum<2>(xtpu::exp(y))));
     xtpu::tensor<float, 29, 1> mz = xtpu::reshape<29, 1>(xtpu::max<1>(z));

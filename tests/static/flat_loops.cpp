@@ -8,9 +8,9 @@ using namespace xtpu_static;
 
 /// The loop a statement `t = E` runs (its kernel table's last entry).
 template <class E>
-inline constexpr auto loop_of = d::program<d::node_t<const E&>>::kernels.back().run_range;
+inline constexpr auto loop_of = d::program<node_of<E>>::kernels.back().run_range;
 template <class E>
-using loop_type_of = d::loop_t<d::node_t<const E&>>;
+using loop_type_of = d::loop_t<node_of<E>>;
 
 // an AdamW-style moment update: (B, D), (D), () and a bf16 one
 using m_2d = decltype(val<f32<128, 32>>() * 0.9f + val<f32<128, 32>>() * 0.1f);
@@ -30,9 +30,9 @@ static_assert(std::is_same_v<loop_type_of<decltype(val<f32<4, 8>>() + d::full_no
                              loop_type_of<decltype(val<f32<9>>() + d::full_node<float, xtpu::extents<9>>(0.0))>>);
 
 // a row broadcast and a transpose keep their own loop (and so their shapes)
-using row_bias = d::node_t<const decltype(val<f32<128, 10>>() + val<f32<10>>())&>;
+using row_bias = node_of<decltype(val<f32<128, 10>>() + val<f32<10>>())>;
 static_assert(std::is_same_v<d::loop_t<row_bias>, row_bias>);
-using transposed = d::node_t<const decltype(xtpu::transpose(val<f32<4, 8>>()) * 2.0f)&>;
+using transposed = node_of<decltype(xtpu::transpose(val<f32<4, 8>>()) * 2.0f)>;
 static_assert(std::is_same_v<d::loop_t<transposed>, transposed>);
 
 // dtypes and ops still tell loops apart
