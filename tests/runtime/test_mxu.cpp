@@ -278,6 +278,35 @@ TEST(Mxu, EightLaneConversionIsTheScalarRule) {
     ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), xtpu::mxu::detail::mxu_bits(u[i])) << std::hex << u[i];
 }
 
+#if XTPU_X86
+namespace {
+__attribute__((target("avx512f,avx512bf16"))) void convert16(const std::uint32_t* u, std::uint32_t* out, bool cvt) {
+  const __m512i v = _mm512_loadu_si512(u);
+  _mm512_storeu_si512(out, cvt ? xtpu::mxu::detail::mxu_bits16_bf16(v) : xtpu::mxu::detail::mxu_bits16(v));
+}
+}  // namespace
+
+// Both 16-lane conversions — AVX-512F's integer one and AVX512_BF16's vcvtneps2bf16, which
+// packing uses where the CPU has it — are the scalar rule, on the patterns of the 8-lane test.
+TEST(Mxu, SixteenLaneConversionsAreTheScalarRule) {
+  if (!xtpu::kernels::supported(isa::avx512)) GTEST_SKIP() << "no AVX-512";
+  std::vector<std::uint32_t> u;
+  for (std::uint64_t x = 0; x < (std::uint64_t{1} << 32); x += 9973) u.push_back(static_cast<std::uint32_t>(x));
+  for (std::uint32_t e : {0x00000001u, 0x007FFFFFu, 0x00800000u, 0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x7F7FFFFFu,
+                          0x7F800000u, 0x7F800001u, 0x7FC00000u, 0xFF800001u, 0x80000001u, 0x80800000u, 0x807FFFFFu,
+                          0xFF7FFFFFu, 0x7FBFFFFFu})
+    u.push_back(e);
+  while (u.size() % 16) u.push_back(0);
+  for (bool cvt : {false, true}) {
+    if (cvt && !xtpu::mxu::detail::converts_bf16()) continue;
+    std::vector<std::uint32_t> got(u.size());
+    for (std::size_t i = 0; i < u.size(); i += 16) convert16(u.data() + i, got.data() + i, cvt);
+    for (std::size_t i = 0; i < u.size(); ++i)
+      ASSERT_EQ(got[i], xtpu::mxu::detail::mxu_bits(u[i])) << (cvt ? "vcvtneps2bf16 " : "integer ") << std::hex << u[i];
+  }
+}
+#endif
+
 // The transposing conversion (16 x 16 blocks on AVX-512, 8 x 8 on AVX2, edges as
 // sub-problems) against its one-element rule, on each path: every shape up to 40 x 40 that
 // has whole blocks and edges, both pair-order flags, f32 and bf16 sources with the classes'
@@ -413,4 +442,78 @@ TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
         }
       }
     }
+}
+
+// The narrow kernel (N <= 16 on AVX-512: 4 rows x 4 columns per vector, mxu::detail::
+// blocking_of): every width 1..17 across the chunk counts, rows in one group, a partial panel
+// and several panels, K within and across a k block and its 16-slot blocks, A contiguous (f32
+// and bf16) and transposed, B packed per call and from the packed-operand cache, C inside a
+// wider buffer, on every path and 1-2 threads — the same bits as the reference, and the
+// epilogue sees each element once, after the product.
+TEST(Mxu, NarrowKernelsMatchTheReference) {
+  std::mt19937 rng(77);
+  struct seen {
+    std::vector<int> count;
+    const float* c;
+    std::size_t ldc;
+    bool before = false;
+  };
+  const auto ep_fn = [](const void* ctx, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
+    auto& s = *const_cast<seen*>(static_cast<const seen*>(ctx));
+    for (std::size_t i = r0; i < r0 + rows; ++i)
+      for (std::size_t j = c0; j < c0 + cols; ++j) {
+        ++s.count[i * s.ldc + j];
+        if (s.c[i * s.ldc + j] == -7.0f) s.before = true;
+      }
+  };
+  EXPECT_TRUE(xtpu::mxu::detail::blocking_of(isa::avx512, 16).narrow);
+  EXPECT_FALSE(xtpu::mxu::detail::blocking_of(isa::avx512, 17).narrow);
+  EXPECT_FALSE(xtpu::mxu::detail::blocking_of(isa::avx2, 10).narrow);  // measured no faster there
+  auto& cache = xtpu::mxu::detail::packed_cache::instance();
+  cache.clear();
+  const std::size_t hits = cache.hits();
+  for (std::size_t N = 1; N <= 17; ++N)
+    for (std::size_t M : {1, 5, 33, 70})
+      for (std::size_t K : {1, 47, 300}) {
+        const int form = static_cast<int>(rng() % 3);  // 0: f32, 1: bf16, 2: transposed f32
+        auto a = random_matrix(M * K, rng, N % 4 == 1), b = random_matrix(K * N, rng, N % 5 == 2);
+        if (form == 1)
+          for (auto& x : a) x = float(xtpu::bf16(x));
+        std::vector<float> at(K * M);
+        std::vector<std::uint16_t> ab(M * K);
+        for (std::size_t m = 0; m < M; ++m)
+          for (std::size_t k = 0; k < K; ++k) {
+            at[k * M + m] = a[m * K + k];
+            ab[m * K + k] = xtpu::bf16(a[m * K + k]).bits();
+          }
+        const xtpu::mxu::matrix_view av = form == 0   ? xtpu::mxu::matrix_view{a.data(), false, K, 1}
+                                          : form == 1 ? xtpu::mxu::matrix_view{ab.data(), true, K, 1}
+                                                      : xtpu::mxu::matrix_view{at.data(), false, 1, M};
+        const auto want = reference(a, b, M, N, K);
+        for (isa p : paths())
+          for (int threads : {1, 2}) {
+            const std::string what = std::string(xtpu::isa_name(p)) + " form " + std::to_string(form) + " threads " +
+                                     std::to_string(threads) + " M" + std::to_string(M) + " N" + std::to_string(N) +
+                                     " K" + std::to_string(K);
+            const std::size_t ldc = N + 2;
+            std::vector<float> c(M * ldc, -7.0f);
+            seen s{std::vector<int>(M * ldc, 0), c.data(), ldc};
+            const xtpu::mxu::epilogue ep{ep_fn, &s};
+            // 2 threads: B from the packed-operand cache (a version seen once is recorded, seen
+            // twice packed whole, then read from the cache)
+            const std::uint64_t version = 1'000'000 + N * 10'000 + M * 100 + K % 100;
+            for (int warm = 0; warm < (threads == 2 ? 2 : 0); ++warm)
+              xtpu::mxu::pass(av, {b.data(), false, N, 1}, c.data(), ldc, M, N, K, p, 1, nullptr, version);
+            xtpu::mxu::pass(av, {b.data(), false, N, 1}, c.data(), ldc, M, N, K, p, threads, &ep, threads == 2 ? version : 0);
+            std::vector<float> got(M * N);
+            for (std::size_t i = 0; i < M; ++i) {
+              std::copy_n(c.begin() + static_cast<long>(i * ldc), N, got.begin() + static_cast<long>(i * N));
+              for (std::size_t j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], -7.0f) << what;
+            }
+            expect_bits(got, want, what);
+            EXPECT_EQ(std::count(s.count.begin(), s.count.end(), 1), static_cast<long>(M * N)) << what;
+            EXPECT_FALSE(s.before) << what;
+          }
+      }
+  EXPECT_GT(cache.hits(), hits);
 }

@@ -15,7 +15,9 @@
 //   * blocking over K keeps k in order (the f32 accumulator is stored and reloaded, exactly);
 //     threads split M or N, never K;
 //   * a narrow output from a transposed a (detail::runs_transposed) is computed as
-//     c^T = b^T a^T: each element the same fma chain, operands the other way round.
+//     c^T = b^T a^T: each element the same fma chain, operands the other way round;
+//   * other outputs at most 16 wide on AVX-512 run the narrow kernel (4 rows x 4 columns per
+//     zmm): only the lanes change, each element is the same fma chain.
 #pragma once
 
 #include <algorithm>
@@ -86,6 +88,9 @@ constexpr std::size_t pair_order(std::size_t t, std::size_t kc) noexcept {
 
 struct blocking {
   std::size_t mr, nr, kc, mc, nc;
+  bool narrow = false;  // the narrow kernel (blocking_of): A in groups of 4 rows, B repeated 4x
+  /// 4-byte slots a B panel takes per k: nr, or 4 nr when each value fills its chunk.
+  constexpr std::size_t b_width() const noexcept { return narrow ? 4 * nr : nr; }
 };
 constexpr blocking blocking_for(isa i) noexcept {
   switch (i) {
@@ -545,6 +550,151 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
   }
 }
 
+// ---- packing for the narrow kernel ---------------------------------------------------------
+//
+// A narrow product on AVX-512 (N at most 16: a classifier head) would fill 10 of a 16-lane
+// tile's lanes. Its kernel puts 4 rows x 4 columns on a vector's lanes instead: lane (chunk c,
+// position r) of accumulator [g][q] is C[4g + r][4q + c]. So A is packed in groups of 4 rows
+// (group at row i at out + i * kc), 4 floats per k slot (t in pair order, at group_slot), read
+// with one 128-bit broadcast per group and k; B is packed with each value repeated over its
+// chunk: [t][nr / 4][16], 4 nr floats per k.
+
+/// Where slot t of a group of 4 rows starts (in floats): in a whole block of 16 slots, slot
+/// 4j + v is at 16 v + 4 j — where the 4 x 16 transpose in registers leaves it without a last
+/// 128-bit stage (groups16_avx512); past the last whole block, at 4 t.
+constexpr std::size_t group_slot(std::size_t t, std::size_t kc) noexcept {
+  const std::size_t tb = t / 16 * 16, u = t - tb;
+  return tb + 16 <= kc ? 4 * tb + (u % 4) * 16 + (u / 4) * 4 : 4 * t;
+}
+
+#if XTPU_X86
+/// mxu_bits16 by AVX512_BF16's own conversion, widened back: vcvtneps2bf16 reads a denormal
+/// as a zero of its sign, quiets a NaN keeping its upper payload and rounds to nearest even —
+/// mxu_operand's rule (test_mxu checks it bit for bit) — in 3 instructions instead of 12.
+__attribute__((target("avx512f,avx512bf16"))) inline __m512i mxu_bits16_bf16(__m512i u) noexcept {
+  return _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(u))), 16);
+}
+
+/// Whether this CPU converts with vcvtneps2bf16 (mxu_bits16_bf16) when packing for AVX-512.
+inline bool converts_bf16() noexcept {
+  static const bool yes = kernels::supported(isa::avx512bf16);
+  return yes;
+}
+
+/// 16 source values converted: with mxu_bits16_bf16 when Cvt (call only where converts_bf16()),
+/// else mxu_bits16. The functions below that take Cvt are compiled for AVX512_BF16 too, and
+/// use its instructions only through here.
+template <bool Cvt>
+__attribute__((target("avx512f,avx512bf16"), always_inline)) inline __m512 mxu_values16(__m512i u) noexcept {
+  return _mm512_castsi512_ps(Cvt ? mxu_bits16_bf16(u) : mxu_bits16(u));
+}
+
+/// 4 rows x 16 k of A (rows `row` apart from element i, converted) -> a block of 16 slots of
+/// 4 rows at dst (group_slot), in pair order (i even in its k block).
+template <bool Cvt>
+__attribute__((target("avx512f,avx512bf16"))) inline void groups16_avx512(const void* src, bool bf16, std::size_t i,
+                                                                         std::size_t row, float* dst) noexcept {
+  const __m512 r0 = mxu_values16<Cvt>(load16(src, bf16, i)), r1 = mxu_values16<Cvt>(load16(src, bf16, i + row)),
+               r2 = mxu_values16<Cvt>(load16(src, bf16, i + 2 * row)),
+               r3 = mxu_values16<Cvt>(load16(src, bf16, i + 3 * row));
+  const __m512 u0 = _mm512_unpacklo_ps(r0, r1), u1 = _mm512_unpackhi_ps(r0, r1), u2 = _mm512_unpacklo_ps(r2, r3),
+               u3 = _mm512_unpackhi_ps(r2, r3);
+  // vector v: the 4 rows of slots v, v + 4, v + 8, v + 12 — slot t holds k = t ^ 1 (pair order)
+  _mm512_storeu_ps(dst, _mm512_shuffle_ps(u0, u2, 0xEE));
+  _mm512_storeu_ps(dst + 16, _mm512_shuffle_ps(u0, u2, 0x44));
+  _mm512_storeu_ps(dst + 32, _mm512_shuffle_ps(u1, u3, 0xEE));
+  _mm512_storeu_ps(dst + 48, _mm512_shuffle_ps(u1, u3, 0x44));
+}
+
+/// 16 converted B values of one k (zeros past 4 Q) -> the narrow panel's row of 16 Q at out.
+template <int Q>
+__attribute__((target("avx512f"), always_inline)) inline void repeat_chunks16(__m512 v, float* out) noexcept {
+#pragma GCC unroll 4
+  for (int q = 0; q < Q; ++q)
+    _mm512_storeu_ps(out + 16 * q, _mm512_permutexvar_ps(_mm512_setr_epi32(4 * q, 4 * q, 4 * q, 4 * q, 4 * q + 1, 4 * q + 1,
+                                                                            4 * q + 1, 4 * q + 1, 4 * q + 2, 4 * q + 2,
+                                                                            4 * q + 2, 4 * q + 2, 4 * q + 3, 4 * q + 3,
+                                                                            4 * q + 3, 4 * q + 3),
+                                                          v));
+}
+
+/// Rows of B (contiguous; slot t is source row p0 + pair_order(t, kc), nc <= 16 values from
+/// element 0 of src's row) -> the narrow panel, converted and repeated in registers.
+template <bool Cvt, int Q>
+__attribute__((target("avx512f,avx512bf16"))) inline void rows_to_narrow_avx512(const void* src, bool bf16,
+                                                                               std::size_t lds, std::size_t p0,
+                                                                               std::size_t kc, std::size_t nc,
+                                                                               float* out) noexcept {
+  for (std::size_t t = 0; t < kc; ++t)
+    repeat_chunks16<Q>(mxu_values16<Cvt>(load16(src, bf16, (p0 + pair_order(t, kc)) * lds, nc)), out + t * 16 * Q);
+}
+
+/// Rows of a 16-wide packed panel (kc of them) -> the narrow panel's rows of 4 nr.
+template <int Q>
+__attribute__((target("avx512f"))) inline void repeat_panel_avx512(const float* src, std::size_t kc, float* out) noexcept {
+  for (std::size_t t = 0; t < kc; ++t) repeat_chunks16<Q>(_mm512_loadu_ps(src + 16 * t), out + t * 16 * Q);
+}
+
+/// A rows [i0, i0+mc) x k [p0, p0+kc) -> groups of 4 rows (the narrow kernel's layout, above),
+/// rows past mc zeros, up to a whole panel of mr rows (one group when mc <= 4).
+inline void pack_a_groups(isa path, const matrix_view& a, std::size_t i0, std::size_t mc, std::size_t p0,
+                          std::size_t kc, std::size_t mr, float* out) noexcept {
+  thread_local std::vector<float> part;  // a last group of 1-3 rows, padded with zero rows
+  const std::size_t rows = mc <= 4 ? 4 : (mc + mr - 1) / mr * mr;  // 4: the one-group kernel reads no more
+  for (std::size_t i = 0; i < rows; i += 4) {
+    float* dst = out + i * kc;
+    std::size_t t = 0;
+    if (i >= mc) {  // a panel's zero groups
+      std::fill_n(dst, 4 * kc, 0.0f);
+      continue;
+    }
+    if (a.cs == 1) {
+      const void* src = a.data;
+      std::size_t from = (i0 + i) * a.rs + p0, row = a.rs;
+      if (i + 4 > mc) {  // (a batch-1 forward): its rows copied as stored, then zeros (converted to zeros)
+        const std::size_t size = a.bf16 ? 2 : 4;
+        part.assign((4 * kc * size + 3) / 4, 0.0f);
+        for (std::size_t r = 0; i + r < mc; ++r)
+          std::memcpy(reinterpret_cast<char*>(part.data()) + r * kc * size, a.address(from + r * a.rs), kc * size);
+        src = part.data(), from = 0, row = kc;
+      }
+      if (converts_bf16())
+        for (; t + 16 <= kc; t += 16) groups16_avx512<true>(src, a.bf16, from + t, row, dst + t * 4);
+      else
+        for (; t + 16 <= kc; t += 16) groups16_avx512<false>(src, a.bf16, from + t, row, dst + t * 4);
+    } else if (i + 4 <= mc && a.rs == 1) {  // a transposed tensor: a group's 4 values at one k are contiguous
+      for (; t < kc; ++t) convert_run(path, a, i0 + i + (p0 + pair_order(t, kc)) * a.cs, 1, 4, false, dst + group_slot(t, kc));
+    }
+    for (; t < kc; ++t)
+      for (std::size_t r = 0; r < 4; ++r)
+        dst[group_slot(t, kc) + r] = i + r < mc ? a.at(i0 + i + r, p0 + pair_order(t, kc)) : 0.0f;
+  }
+}
+
+/// B block k [p0, p0+kc) x cols [j0, j0+nc), nc <= nr <= 16, as one narrow panel [t][4 nr]:
+/// rows of B converted and repeated in registers; other strides (a weight read transposed)
+/// packed as a 16-wide panel first, then each value repeated over its chunk.
+inline void pack_b_narrow(isa path, const matrix_view& b, std::size_t p0, std::size_t kc, std::size_t j0,
+                          std::size_t nc, std::size_t nr, float* out) noexcept {
+  const auto each_q = [&]<int Q>() {
+    if (b.cs == 1) {
+      if (converts_bf16()) return rows_to_narrow_avx512<true, Q>(b.address(j0), b.bf16, b.rs, p0, kc, nc, out);
+      return rows_to_narrow_avx512<false, Q>(b.address(j0), b.bf16, b.rs, p0, kc, nc, out);
+    }
+    thread_local std::vector<float> plain;
+    plain.resize(kc * 16);
+    pack_b(path, b, p0, kc, j0, nc, 16, false, plain.data());
+    repeat_panel_avx512<Q>(plain.data(), kc, out);
+  };
+  switch (nr / 4) {
+    case 1: return each_q.template operator()<1>();
+    case 2: return each_q.template operator()<2>();
+    case 3: return each_q.template operator()<3>();
+    default: return each_q.template operator()<4>();
+  }
+}
+#endif
+
 // ---- micro-kernels: c (mr x nr tile, row stride ldc) (+)= a panel x b panel -------------------
 
 /// Scalar: the explicit rule (fma, then flush) — no dependence on MXCSR or compile flags.
@@ -670,26 +820,6 @@ __attribute__((target("avx512f"))) inline void micro_avx512(std::size_t kc, cons
   XTPU_MXU_ACC_END
 }
 
-/// 12 x 16: for outputs at most 16 wide (a classifier head), half the padding of 12 x 32.
-__attribute__((target("avx512f"))) inline void micro_avx512_n16(std::size_t kc, const float* a, const float* b,
-                                                               float* c, std::size_t ldc, bool first) noexcept {
-#define XTPU_N16_DECL(i) __m512 c##i;
-#define XTPU_N16_INIT(i) c##i = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (i) * ldc);
-#define XTPU_N16_FMA(i) c##i = _mm512_fmadd_ps(_mm512_set1_ps(a[(i) * kc + t]), b0, c##i);
-#define XTPU_N16_STORE(i) _mm512_storeu_ps(c + (i) * ldc, c##i);
-  XTPU_MXU_ROWS(XTPU_N16_DECL)
-  XTPU_MXU_ROWS(XTPU_N16_INIT)
-  for (std::size_t t = 0; t < kc; ++t, b += 16) {
-    const __m512 b0 = _mm512_loadu_ps(b);
-    XTPU_MXU_ROWS(XTPU_N16_FMA)
-  }
-  XTPU_MXU_ROWS(XTPU_N16_STORE)
-#undef XTPU_N16_STORE
-#undef XTPU_N16_FMA
-#undef XTPU_N16_INIT
-#undef XTPU_N16_DECL
-}
-
 /// The AVX-512 twin of micro_avx2_small: R rows (1..5, a batch-1 forward) x P panels of 32
 /// columns, the same fma per element in the same k order as micro_avx512.
 template <int R, int P>
@@ -776,13 +906,93 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::
 #undef XTPU_MXU_DECL
 #undef XTPU_MXU_ROWS
 
+/// One k slot of a narrow tile: A's slot at `at` in each group (broadcast over the chunks)
+/// times B's Q vectors at bt, into the accumulators.
+template <int G, int Q>
+__attribute__((target("avx512f"), always_inline)) inline void narrow_step_avx512(__m512 (&acc)[G][Q], const float* a,
+                                                                                std::size_t kc, std::size_t at,
+                                                                                const float* bt) noexcept {
+  __m512 bv[Q];
+#pragma GCC unroll 4
+  for (int q = 0; q < Q; ++q) bv[q] = _mm512_loadu_ps(bt + 16 * q);
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    const __m512 x = _mm512_broadcast_f32x4(_mm_loadu_ps(a + g * kc * 4 + at));
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) acc[g][q] = _mm512_fmadd_ps(x, bv[q], acc[g][q]);
+  }
+}
+/// The narrow kernel on AVX-512: G groups of 4 rows x Q chunks of 4 columns (A and B as
+/// pack_a_groups and pack_b_narrow lay them out), the same fma per element in the same k order
+/// as micro_avx512. C's tile is read and written in place, `cols` (> 4 (Q - 1)) columns of it.
+template <int G, int Q>
+__attribute__((target("avx512f"))) inline void micro_narrow_avx512(std::size_t kc, const float* a, const float* b,
+                                                                  float* c, std::size_t ldc, bool first,
+                                                                  std::size_t cols) noexcept {
+  // lane (chunk c, position r) <-> lane (chunk r, position c): accumulator <-> 4 rows of C
+  const __m512i swap = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m128i last = _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(cols - 4 * (Q - 1))), _mm_setr_epi32(0, 1, 2, 3));
+  __m512 acc[G][Q];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) {
+      if (first) {
+        acc[g][q] = _mm512_setzero_ps();
+        continue;
+      }
+      const float* row = c + 4 * g * ldc + 4 * q;
+      const bool whole = q + 1 < Q;
+      __m512 v = _mm512_castps128_ps512(whole ? _mm_loadu_ps(row) : _mm_maskload_ps(row, last));
+      v = _mm512_insertf32x4(v, whole ? _mm_loadu_ps(row + ldc) : _mm_maskload_ps(row + ldc, last), 1);
+      v = _mm512_insertf32x4(v, whole ? _mm_loadu_ps(row + 2 * ldc) : _mm_maskload_ps(row + 2 * ldc, last), 2);
+      v = _mm512_insertf32x4(v, whole ? _mm_loadu_ps(row + 3 * ldc) : _mm_maskload_ps(row + 3 * ldc, last), 3);
+      acc[g][q] = _mm512_permutexvar_ps(swap, v);
+    }
+  std::size_t t = 0;
+  for (; t + 16 <= kc; t += 16)  // a whole block: slot 4j + v at 4 t + 16 v + 4 j (group_slot)
+    for (std::size_t j = 0; j < 4; ++j)
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < 4; ++v) narrow_step_avx512(acc, a, kc, 4 * t + 16 * v + 4 * j, b + (t + 4 * j + v) * 16 * Q);
+  for (; t < kc; ++t) narrow_step_avx512(acc, a, kc, 4 * t, b + t * 16 * Q);
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) {
+      const __m512 v = _mm512_permutexvar_ps(swap, acc[g][q]);
+      float* row = c + 4 * g * ldc + 4 * q;
+      const __m128 r[4] = {_mm512_castps512_ps128(v), _mm512_extractf32x4_ps(v, 1), _mm512_extractf32x4_ps(v, 2),
+                           _mm512_extractf32x4_ps(v, 3)};
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        if (q + 1 < Q) _mm_storeu_ps(row + k * ldc, r[k]);
+        else _mm_maskstore_ps(row + k * ldc, last, r[k]);
+      }
+    }
+}
+
+/// A narrow tile: one group (rows <= 4, a batch-1 forward) or the whole panel of bk.mr rows.
+inline void micro_narrow(const blocking& bk, bool one_group, std::size_t kc, const float* a, const float* b, float* c,
+                         std::size_t ldc, bool first, std::size_t cols) noexcept {
+#define XTPU_NARROW(G, Q)                                                               \
+  return one_group ? micro_narrow_avx512<1, Q>(kc, a, b, c, ldc, first, cols)           \
+                   : micro_narrow_avx512<G, Q>(kc, a, b, c, ldc, first, cols)
+  switch (bk.nr / 4) {
+    case 1: XTPU_NARROW(8, 1);
+    case 2: XTPU_NARROW(8, 2);
+    case 3: XTPU_NARROW(8, 3);
+    default: XTPU_NARROW(6, 4);
+  }
+#undef XTPU_NARROW
+}
+
 #endif
 
 /// Runs the micro-kernel of `path` on one tile; partial tiles go through a local buffer.
 inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, const void* bp, float* c,
                  std::size_t ldc, std::size_t mr, std::size_t nr, bool first) noexcept {
   alignas(64) float local[12 * 32];
-  const bool full = mr == bk.mr && nr == bk.nr;
+  const bool full = mr == bk.mr && (nr == bk.nr || bk.narrow);  // the narrow kernel writes nr columns itself
   float* dst = full ? c : local;
   const std::size_t ld = full ? ldc : bk.nr;
   if (!full && !first)
@@ -793,7 +1003,9 @@ inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, c
       micro_avx512bf16((kc + 1) / 2, static_cast<const std::uint32_t*>(ap), static_cast<const std::uint32_t*>(bp), dst, ld, first);
       break;
     case isa::avx512:
-      if (bk.nr == 16) micro_avx512_n16(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
+      if (bk.narrow)
+        micro_narrow(bk, mr <= 4, kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first,
+                     full ? nr : bk.nr);
       else micro_avx512(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
       break;
     case isa::avx2:
@@ -807,10 +1019,17 @@ inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, c
     for (std::size_t i = 0; i < mr; ++i) std::memcpy(c + i * ldc, local + i * bk.nr, nr * sizeof(float));
 }
 
-/// The blocking of a pass of N columns on `path` (a narrow output takes the 12 x 16 kernel).
+/// The blocking of a pass of N columns on `path`. A narrow output on AVX-512 (N <= 16) takes
+/// the narrow kernel: nr is N rounded up to whole chunks of 4, mr as many groups of 4 rows as
+/// the registers hold, and an M block is one panel (A is read once: packed, then multiplied
+/// while in L1).
 inline blocking blocking_of(isa path, std::size_t N) noexcept {
   blocking bk = blocking_for(path);
-  if (path == isa::avx512 && N <= 16) bk.nr = 16;
+  if (path != isa::avx512 || N > 16) return bk;
+  bk.nr = (N + 3) / 4 * 4;
+  bk.mr = bk.nr <= 12 ? 32 : 24;
+  bk.narrow = true;
+  bk.mc = bk.mr;
   return bk;
 }
 
@@ -820,20 +1039,29 @@ struct packed_layout {
   std::size_t panels, block_floats, total;
   packed_layout(const blocking& bk, bool pairs, std::size_t K, std::size_t N) noexcept
       : panels((N + bk.nr - 1) / bk.nr),
-        block_floats(panels * bk.nr * (pairs ? (bk.kc + 1) / 2 : bk.kc)),
+        block_floats(panels * bk.b_width() * (pairs ? (bk.kc + 1) / 2 : bk.kc)),
         total(0) {
     for (std::size_t pc = 0; pc < K; pc += bk.kc) {
       const std::size_t kc = std::min(bk.kc, K - pc);
-      total = (pc / bk.kc) * block_floats + panels * bk.nr * (pairs ? (kc + 1) / 2 : kc);
+      total = (pc / bk.kc) * block_floats + panels * bk.b_width() * (pairs ? (kc + 1) / 2 : kc);
     }
   }
 };
+
+/// A B block as the blocking's kernel reads it.
+inline void pack_b_block(isa path, const blocking& bk, const matrix_view& b, std::size_t p0, std::size_t kc,
+                         std::size_t j0, std::size_t nc, float* out) noexcept {
+#if XTPU_X86
+  if (bk.narrow) return pack_b_narrow(path, b, p0, kc, j0, nc, bk.nr, out);
+#endif
+  pack_b(path, b, p0, kc, j0, nc, bk.nr, path == isa::avx512bf16, out);
+}
 
 inline void pack_b_whole(isa path, const matrix_view& b, std::size_t K, std::size_t N, float* out) noexcept {
   const blocking bk = blocking_of(path, N);
   const bool pairs = path == isa::avx512bf16;
   const packed_layout l(bk, pairs, K, N);
-  for (std::size_t pc = 0; pc < K; pc += bk.kc) pack_b(path, b, pc, std::min(bk.kc, K - pc), 0, N, bk.nr, pairs, out + (pc / bk.kc) * l.block_floats);
+  for (std::size_t pc = 0; pc < K; pc += bk.kc) pack_b_block(path, bk, b, pc, std::min(bk.kc, K - pc), 0, N, out + (pc / bk.kc) * l.block_floats);
 }
 
 /// One thread's share: rows [m0, m1) x cols [n0, n1) of C (N columns in all), all of K, in k
@@ -846,7 +1074,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
   thread_local std::vector<float> abuf, bbuf;  // 4-byte slots: f32 values or bf16 pairs
   const std::size_t kc_max = std::min(bk.kc, K + (K & 1));
   abuf.resize(((bk.mc + bk.mr - 1) / bk.mr) * bk.mr * kc_max);
-  if (!packed) bbuf.resize(((std::min(bk.nc, n1 - n0) + bk.nr - 1) / bk.nr) * bk.nr * kc_max);
+  if (!packed) bbuf.resize(((std::min(bk.nc, n1 - n0) + bk.nr - 1) / bk.nr) * bk.b_width() * kc_max);
   const std::size_t block_floats = packed ? packed_layout(bk, pairs, K, N).block_floats : 0;
 #if XTPU_X86
   std::optional<flush_denormals> ftz_daz;
@@ -859,19 +1087,23 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
       const std::size_t slots = pairs ? (kc + 1) / 2 : kc;  // 4-byte slots per row/col of a panel
       const float* bblock;  // the panels of columns [jc, jc + nc)
       if (packed) {
-        bblock = packed + (pc / bk.kc) * block_floats + (jc / bk.nr) * bk.nr * slots;
+        bblock = packed + (pc / bk.kc) * block_floats + (jc / bk.nr) * bk.b_width() * slots;
       } else {
-        pack_b(path, b, pc, kc, jc, nc, bk.nr, pairs, bbuf.data());
+        pack_b_block(path, bk, b, pc, kc, jc, nc, bbuf.data());
         bblock = bbuf.data();
       }
       const bool last = pc + kc == K;
       for (std::size_t ic = m0; ic < m1; ic += bk.mc) {
         const std::size_t mc = std::min(bk.mc, m1 - ic);
-        pack_a(path, a, ic, mc, pc, kc, bk.mr, pairs, abuf.data());
+#if XTPU_X86
+        if (bk.narrow) pack_a_groups(path, a, ic, mc, pc, kc, bk.mr, abuf.data());
+        else
+#endif
+          pack_a(path, a, ic, mc, pc, kc, bk.mr, pairs, abuf.data());
         bool small_rows = false;
 #if XTPU_X86
         // fewer rows than a tile (batch-1 inference): all panels at once, 1..5 rows
-        small_rows = mc <= 5 && ((path == isa::avx2 && mc < bk.mr) || (path == isa::avx512 && bk.nr == 32));
+        small_rows = mc <= 5 && ((path == isa::avx2 && mc < bk.mr) || (path == isa::avx512 && !bk.narrow));
         if (small_rows) {
           const std::size_t full = nc / bk.nr;
           if (path == isa::avx2) small_rows_pass<16>(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
@@ -883,7 +1115,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
 #endif
         if (!small_rows)
           for (std::size_t jr = 0; jr < nc; jr += bk.nr) {
-            const float* bp = bblock + (jr / bk.nr) * bk.nr * slots;
+            const float* bp = bblock + (jr / bk.nr) * bk.b_width() * slots;
             for (std::size_t ir = 0; ir < mc; ir += bk.mr) {
               const float* ap = abuf.data() + (ir / bk.mr) * bk.mr * slots;
               tile(path, bk, kc, ap, bp, c + (ic + ir) * ldc + jc + jr, ldc, std::min(bk.mr, mc - ir),
@@ -905,7 +1137,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
 /// product (N rows, M >= 2 nr columns) is never narrow itself.
 inline bool runs_transposed(isa path, const matrix_view& a, std::size_t M, std::size_t N) noexcept {
   if (path == isa::avx512bf16 || a.rs != 1 || a.cs == 1) return false;
-  const std::size_t nr = blocking_of(path, N).nr;
+  const std::size_t nr = path == isa::avx512 && N <= 16 ? 16 : blocking_for(path).nr;  // the lanes of a wide tile
   return N < nr && M >= 2 * nr;
 }
 
@@ -988,7 +1220,7 @@ namespace detail {
 inline void pass_blocked(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M,
                          std::size_t N, std::size_t K, isa path, int threads, const epilogue* ep,
                          std::uint64_t b_version) {
-  const blocking bk = blocking_for(path);
+  const blocking bk = blocking_of(path, N);
   // split the longer of M and N into whole micro-tiles; never split K
   const double flops = 2.0 * double(M) * double(N) * double(K);
   int t = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 2e6)));  // ~10 us of work each at least
