@@ -444,8 +444,8 @@ TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
     }
 }
 
-// The narrow kernel (N <= 16 on AVX-512: 4 rows x 4 columns per vector, mxu::detail::
-// blocking_of): every width 1..17 across the chunk counts, rows in one group, a partial panel
+// The narrow kernels (N <= 16 on AVX-512, <= 12 on AVX2: 4 or 2 rows x 4 columns per vector,
+// mxu::detail::blocking_of): every width 1..17 across the chunk counts, rows in one group, a partial panel
 // and several panels, K within and across a k block and its 16-slot blocks, A contiguous (f32
 // and bf16) and transposed, B packed per call and from the packed-operand cache, C inside a
 // wider buffer, on every path and 1-2 threads — the same bits as the reference, and the
@@ -468,7 +468,8 @@ TEST(Mxu, NarrowKernelsMatchTheReference) {
   };
   EXPECT_TRUE(xtpu::mxu::detail::blocking_of(isa::avx512, 16).narrow);
   EXPECT_FALSE(xtpu::mxu::detail::blocking_of(isa::avx512, 17).narrow);
-  EXPECT_FALSE(xtpu::mxu::detail::blocking_of(isa::avx2, 10).narrow);  // measured no faster there
+  EXPECT_TRUE(xtpu::mxu::detail::blocking_of(isa::avx2, 12).narrow);
+  EXPECT_FALSE(xtpu::mxu::detail::blocking_of(isa::avx2, 13).narrow);
   auto& cache = xtpu::mxu::detail::packed_cache::instance();
   cache.clear();
   const std::size_t hits = cache.hits();

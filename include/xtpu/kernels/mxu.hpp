@@ -16,8 +16,8 @@
 //     threads split M or N, never K;
 //   * a narrow output from a transposed a (detail::runs_transposed) is computed as
 //     c^T = b^T a^T: each element the same fma chain, operands the other way round;
-//   * other outputs at most 16 wide on AVX-512 run the narrow kernel (4 rows x 4 columns per
-//     zmm): only the lanes change, each element is the same fma chain.
+//   * other outputs at most 16 wide (AVX-512) or 12 wide (AVX2) run a narrow kernel (4 or 2
+//     rows x 4 columns per vector): only the lanes change, each element is the same fma chain.
 #pragma once
 
 #include <algorithm>
@@ -88,9 +88,10 @@ constexpr std::size_t pair_order(std::size_t t, std::size_t kc) noexcept {
 
 struct blocking {
   std::size_t mr, nr, kc, mc, nc;
-  bool narrow = false;  // the narrow kernel (blocking_of): A in groups of 4 rows, B repeated 4x
-  /// 4-byte slots a B panel takes per k: nr, or 4 nr when each value fills its chunk.
-  constexpr std::size_t b_width() const noexcept { return narrow ? 4 * nr : nr; }
+  bool narrow = false;  // a narrow kernel (blocking_of): A in groups of `chunk` rows, B repeated
+  std::size_t chunk = 1;  // floats per chunk of the narrow kernel's vectors (4 AVX-512, 2 AVX2)
+  /// 4-byte slots a B panel takes per k: nr, or chunk nr when each value fills its chunk.
+  constexpr std::size_t b_width() const noexcept { return narrow ? chunk * nr : nr; }
 };
 constexpr blocking blocking_for(isa i) noexcept {
   switch (i) {
@@ -550,14 +551,15 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
   }
 }
 
-// ---- packing for the narrow kernel ---------------------------------------------------------
+// ---- packing for the narrow kernels --------------------------------------------------------
 //
-// A narrow product on AVX-512 (N at most 16: a classifier head) would fill 10 of a 16-lane
-// tile's lanes. Its kernel puts 4 rows x 4 columns on a vector's lanes instead: lane (chunk c,
-// position r) of accumulator [g][q] is C[4g + r][4q + c]. So A is packed in groups of 4 rows
-// (group at row i at out + i * kc), 4 floats per k slot (t in pair order, at group_slot), read
-// with one 128-bit broadcast per group and k; B is packed with each value repeated over its
-// chunk: [t][nr / 4][16], 4 nr floats per k.
+// A narrow product (N at most 16 on AVX-512, 12 on AVX2: a classifier head) would fill 10 of
+// a 16-lane tile's lanes. Its kernels put R rows x 4 columns on a vector's lanes instead (R =
+// 4 on AVX-512, 2 on AVX2): lane (chunk c, position r) of accumulator [g][q] is
+// C[R g + r][4q + c], a chunk being R floats. So A is packed in groups of R rows (group at row
+// i at out + i * kc), R floats per k slot (t in pair order, at group_slot / pair_slot), read
+// with one R-float broadcast per group and k; B is packed with each value repeated over its
+// chunk: [t][nr / 4][4 R], R nr floats per k.
 
 /// Where slot t of a group of 4 rows starts (in floats): in a whole block of 16 slots, slot
 /// 4j + v is at 16 v + 4 j — where the 4 x 16 transpose in registers leaves it without a last
@@ -566,6 +568,17 @@ constexpr std::size_t group_slot(std::size_t t, std::size_t kc) noexcept {
   const std::size_t tb = t / 16 * 16, u = t - tb;
   return tb + 16 <= kc ? 4 * tb + (u % 4) * 16 + (u / 4) * 4 : 4 * t;
 }
+
+/// The same for a group of 2 rows (AVX2): in a whole block of 8 slots, where groups8_avx2's
+/// two unpacks leave the k it holds (k 0, 1, 4, 5 in its first vector, 2, 3, 6, 7 in its
+/// second); past the last whole block, at 2 t.
+constexpr std::size_t pair_slot(std::size_t t, std::size_t kc) noexcept {
+  const std::size_t tb = t / 8 * 8, k = (t - tb) ^ 1;  // slot t holds k = t ^ 1 (pair order)
+  return tb + 8 <= kc ? 2 * tb + 2 * (k % 2 + 2 * (k / 4) + 4 * (k / 2 % 2)) : 2 * t;
+}
+
+/// Rows of A in one group of the narrow kernel on `path`.
+constexpr std::size_t group_rows(isa path) noexcept { return path == isa::avx512 ? 4 : 2; }
 
 #if XTPU_X86
 /// mxu_bits16 by AVX512_BF16's own conversion, widened back: vcvtneps2bf16 reads a denormal
@@ -589,21 +602,24 @@ __attribute__((target("avx512f,avx512bf16"), always_inline)) inline __m512 mxu_v
   return _mm512_castsi512_ps(Cvt ? mxu_bits16_bf16(u) : mxu_bits16(u));
 }
 
-/// 4 rows x 16 k of A (rows `row` apart from element i, converted) -> a block of 16 slots of
-/// 4 rows at dst (group_slot), in pair order (i even in its k block).
+/// `blocks` blocks of 4 rows x 16 k of A (rows `row` apart from element i, converted) ->
+/// blocks of 16 slots of 4 rows from dst (group_slot), in pair order (i even in its k block).
 template <bool Cvt>
 __attribute__((target("avx512f,avx512bf16"))) inline void groups16_avx512(const void* src, bool bf16, std::size_t i,
-                                                                         std::size_t row, float* dst) noexcept {
-  const __m512 r0 = mxu_values16<Cvt>(load16(src, bf16, i)), r1 = mxu_values16<Cvt>(load16(src, bf16, i + row)),
-               r2 = mxu_values16<Cvt>(load16(src, bf16, i + 2 * row)),
-               r3 = mxu_values16<Cvt>(load16(src, bf16, i + 3 * row));
-  const __m512 u0 = _mm512_unpacklo_ps(r0, r1), u1 = _mm512_unpackhi_ps(r0, r1), u2 = _mm512_unpacklo_ps(r2, r3),
-               u3 = _mm512_unpackhi_ps(r2, r3);
-  // vector v: the 4 rows of slots v, v + 4, v + 8, v + 12 — slot t holds k = t ^ 1 (pair order)
-  _mm512_storeu_ps(dst, _mm512_shuffle_ps(u0, u2, 0xEE));
-  _mm512_storeu_ps(dst + 16, _mm512_shuffle_ps(u0, u2, 0x44));
-  _mm512_storeu_ps(dst + 32, _mm512_shuffle_ps(u1, u3, 0xEE));
-  _mm512_storeu_ps(dst + 48, _mm512_shuffle_ps(u1, u3, 0x44));
+                                                                         std::size_t row, std::size_t blocks,
+                                                                         float* dst) noexcept {
+  for (std::size_t n = 0; n < blocks; ++n, i += 16, dst += 64) {
+    const __m512 r0 = mxu_values16<Cvt>(load16(src, bf16, i)), r1 = mxu_values16<Cvt>(load16(src, bf16, i + row)),
+                 r2 = mxu_values16<Cvt>(load16(src, bf16, i + 2 * row)),
+                 r3 = mxu_values16<Cvt>(load16(src, bf16, i + 3 * row));
+    const __m512 u0 = _mm512_unpacklo_ps(r0, r1), u1 = _mm512_unpackhi_ps(r0, r1), u2 = _mm512_unpacklo_ps(r2, r3),
+                 u3 = _mm512_unpackhi_ps(r2, r3);
+    // vector v: the 4 rows of slots v, v + 4, v + 8, v + 12 — slot t holds k = t ^ 1 (pair order)
+    _mm512_storeu_ps(dst, _mm512_shuffle_ps(u0, u2, 0xEE));
+    _mm512_storeu_ps(dst + 16, _mm512_shuffle_ps(u0, u2, 0x44));
+    _mm512_storeu_ps(dst + 32, _mm512_shuffle_ps(u1, u3, 0xEE));
+    _mm512_storeu_ps(dst + 48, _mm512_shuffle_ps(u1, u3, 0x44));
+  }
 }
 
 /// 16 converted B values of one k (zeros past 4 Q) -> the narrow panel's row of 16 Q at out.
@@ -635,56 +651,109 @@ __attribute__((target("avx512f"))) inline void repeat_panel_avx512(const float* 
   for (std::size_t t = 0; t < kc; ++t) repeat_chunks16<Q>(_mm512_loadu_ps(src + 16 * t), out + t * 16 * Q);
 }
 
-/// A rows [i0, i0+mc) x k [p0, p0+kc) -> groups of 4 rows (the narrow kernel's layout, above),
-/// rows past mc zeros, up to a whole panel of mr rows (one group when mc <= 4).
+/// `blocks` blocks of 2 rows x 8 k of A (rows `row` apart from element i) -> blocks of 8
+/// slots of 2 rows from dst (pair_slot), under MXCSR DAZ (mxu_bits8's premise).
+__attribute__((target("avx2"))) inline void groups8_avx2(const void* src, bool bf16, std::size_t i, std::size_t row,
+                                                        std::size_t blocks, float* dst) noexcept {
+  for (std::size_t n = 0; n < blocks; ++n, i += 8, dst += 16) {
+    const __m256 r0 = _mm256_castsi256_ps(mxu_bits8(load8(src, bf16, i))),
+                 r1 = _mm256_castsi256_ps(mxu_bits8(load8(src, bf16, i + row)));
+    _mm256_storeu_ps(dst, _mm256_unpacklo_ps(r0, r1));
+    _mm256_storeu_ps(dst + 8, _mm256_unpackhi_ps(r0, r1));
+  }
+}
+
+/// 16 converted B values of one k as two vectors (zeros past 4 Q) -> the AVX2 narrow panel's
+/// row of 8 Q at out: vector q is values 4q..4q+3, each twice.
+template <int Q>
+__attribute__((target("avx2"), always_inline)) inline void repeat_pairs8(__m256 v0, __m256 v1, float* out) noexcept {
+#pragma GCC unroll 4
+  for (int q = 0; q < Q; ++q)
+    _mm256_storeu_ps(out + 8 * q, _mm256_permutevar8x32_ps(q < 2 ? v0 : v1,
+                                                           _mm256_setr_epi32(4 * (q % 2), 4 * (q % 2), 4 * (q % 2) + 1,
+                                                                             4 * (q % 2) + 1, 4 * (q % 2) + 2,
+                                                                             4 * (q % 2) + 2, 4 * (q % 2) + 3,
+                                                                             4 * (q % 2) + 3)));
+}
+
+/// rows_to_narrow_avx512 on AVX2 (nc <= 12; under MXCSR DAZ, as mxu_bits8 needs).
+template <int Q>
+__attribute__((target("avx2"))) inline void rows_to_narrow_avx2(const void* src, bool bf16, std::size_t lds,
+                                                               std::size_t p0, std::size_t kc, std::size_t nc,
+                                                               float* out) noexcept {
+  for (std::size_t t = 0; t < kc; ++t) {
+    const std::size_t i = (p0 + pair_order(t, kc)) * lds;
+    const __m256 v0 = _mm256_castsi256_ps(mxu_bits8(nc >= 8 ? load8(src, bf16, i) : load8(src, bf16, i, nc)));
+    const __m256 v1 = nc > 8 ? _mm256_castsi256_ps(mxu_bits8(load8(src, bf16, i + 8, nc - 8))) : _mm256_setzero_ps();
+    repeat_pairs8<Q>(v0, v1, out + t * 8 * Q);
+  }
+}
+
+/// repeat_panel_avx512 on AVX2.
+template <int Q>
+__attribute__((target("avx2"))) inline void repeat_panel_avx2(const float* src, std::size_t kc, float* out) noexcept {
+  for (std::size_t t = 0; t < kc; ++t)
+    repeat_pairs8<Q>(_mm256_loadu_ps(src + 16 * t), _mm256_loadu_ps(src + 16 * t + 8), out + t * 8 * Q);
+}
+
+/// A rows [i0, i0+mc) x k [p0, p0+kc) -> groups of R = group_rows(path) rows (the narrow
+/// kernels' layout, above), rows past mc zeros, up to a whole panel of mr rows (one group when
+/// mc <= R).
 inline void pack_a_groups(isa path, const matrix_view& a, std::size_t i0, std::size_t mc, std::size_t p0,
                           std::size_t kc, std::size_t mr, float* out) noexcept {
-  thread_local std::vector<float> part;  // a last group of 1-3 rows, padded with zero rows
-  const std::size_t rows = mc <= 4 ? 4 : (mc + mr - 1) / mr * mr;  // 4: the one-group kernel reads no more
-  for (std::size_t i = 0; i < rows; i += 4) {
+  const flush_denormals daz;  // mxu_bits8's premise
+  const std::size_t R = group_rows(path), blk = R == 4 ? 16 : 8;
+  const auto slot = [&](std::size_t t) { return R == 4 ? group_slot(t, kc) : pair_slot(t, kc); };
+  thread_local std::vector<float> part;  // a last group short of rows, padded with zero rows
+  const std::size_t rows = mc <= R ? R : (mc + mr - 1) / mr * mr;  // R: the one-group kernel reads no more
+  for (std::size_t i = 0; i < rows; i += R) {
     float* dst = out + i * kc;
     std::size_t t = 0;
     if (i >= mc) {  // a panel's zero groups
-      std::fill_n(dst, 4 * kc, 0.0f);
+      std::fill_n(dst, R * kc, 0.0f);
       continue;
     }
     if (a.cs == 1) {
       const void* src = a.data;
       std::size_t from = (i0 + i) * a.rs + p0, row = a.rs;
-      if (i + 4 > mc) {  // (a batch-1 forward): its rows copied as stored, then zeros (converted to zeros)
+      if (i + R > mc) {  // (a batch-1 forward): its rows copied as stored, then zeros (converted to zeros)
         const std::size_t size = a.bf16 ? 2 : 4;
-        part.assign((4 * kc * size + 3) / 4, 0.0f);
+        part.assign((R * kc * size + 3) / 4, 0.0f);
         for (std::size_t r = 0; i + r < mc; ++r)
           std::memcpy(reinterpret_cast<char*>(part.data()) + r * kc * size, a.address(from + r * a.rs), kc * size);
         src = part.data(), from = 0, row = kc;
       }
-      if (converts_bf16())
-        for (; t + 16 <= kc; t += 16) groups16_avx512<true>(src, a.bf16, from + t, row, dst + t * 4);
-      else
-        for (; t + 16 <= kc; t += 16) groups16_avx512<false>(src, a.bf16, from + t, row, dst + t * 4);
-    } else if (i + 4 <= mc && a.rs == 1) {  // a transposed tensor: a group's 4 values at one k are contiguous
-      for (; t < kc; ++t) convert_run(path, a, i0 + i + (p0 + pair_order(t, kc)) * a.cs, 1, 4, false, dst + group_slot(t, kc));
+      const std::size_t blocks = kc / blk;
+      if (R == 2) groups8_avx2(src, a.bf16, from, row, blocks, dst);
+      else if (converts_bf16()) groups16_avx512<true>(src, a.bf16, from, row, blocks, dst);
+      else groups16_avx512<false>(src, a.bf16, from, row, blocks, dst);
+      t = blocks * blk;
+    } else if (i + R <= mc && a.rs == 1) {  // a transposed tensor: a group's R values at one k are contiguous
+      for (; t < kc; ++t) convert_run(path, a, i0 + i + (p0 + pair_order(t, kc)) * a.cs, 1, R, false, dst + slot(t));
     }
     for (; t < kc; ++t)
-      for (std::size_t r = 0; r < 4; ++r)
-        dst[group_slot(t, kc) + r] = i + r < mc ? a.at(i0 + i + r, p0 + pair_order(t, kc)) : 0.0f;
+      for (std::size_t r = 0; r < R; ++r) dst[slot(t) + r] = i + r < mc ? a.at(i0 + i + r, p0 + pair_order(t, kc)) : 0.0f;
   }
 }
 
-/// B block k [p0, p0+kc) x cols [j0, j0+nc), nc <= nr <= 16, as one narrow panel [t][4 nr]:
-/// rows of B converted and repeated in registers; other strides (a weight read transposed)
-/// packed as a 16-wide panel first, then each value repeated over its chunk.
+/// B block k [p0, p0+kc) x cols [j0, j0+nc), nc <= nr, as one narrow panel [t][R nr]: rows of
+/// B converted and repeated in registers; other strides (a weight read transposed) packed as
+/// a 16-wide panel first, then each value repeated over its chunk.
 inline void pack_b_narrow(isa path, const matrix_view& b, std::size_t p0, std::size_t kc, std::size_t j0,
                           std::size_t nc, std::size_t nr, float* out) noexcept {
+  const flush_denormals daz;  // mxu_bits8's premise
   const auto each_q = [&]<int Q>() {
-    if (b.cs == 1) {
+    if (path == isa::avx2) {
+      if (b.cs == 1) return rows_to_narrow_avx2<Q>(b.address(j0), b.bf16, b.rs, p0, kc, nc, out);
+    } else if (b.cs == 1) {
       if (converts_bf16()) return rows_to_narrow_avx512<true, Q>(b.address(j0), b.bf16, b.rs, p0, kc, nc, out);
       return rows_to_narrow_avx512<false, Q>(b.address(j0), b.bf16, b.rs, p0, kc, nc, out);
     }
     thread_local std::vector<float> plain;
     plain.resize(kc * 16);
     pack_b(path, b, p0, kc, j0, nc, 16, false, plain.data());
-    repeat_panel_avx512<Q>(plain.data(), kc, out);
+    if (path == isa::avx2) repeat_panel_avx2<Q>(plain.data(), kc, out);
+    else repeat_panel_avx512<Q>(plain.data(), kc, out);
   };
   switch (nr / 4) {
     case 1: return each_q.template operator()<1>();
@@ -922,6 +991,69 @@ __attribute__((target("avx512f"), always_inline)) inline void narrow_step_avx512
     for (int q = 0; q < Q; ++q) acc[g][q] = _mm512_fmadd_ps(x, bv[q], acc[g][q]);
   }
 }
+/// One k slot of the AVX2 narrow tile: A's 2 values at `at` in each group broadcast over the
+/// 64-bit chunks, times B's Q vectors at bt.
+template <int G, int Q>
+__attribute__((target("avx2,fma"), always_inline)) inline void narrow_step_avx2(__m256 (&acc)[G][Q], const float* a,
+                                                                               std::size_t kc, std::size_t at,
+                                                                               const float* bt) noexcept {
+  __m256 bv[Q];
+#pragma GCC unroll 4
+  for (int q = 0; q < Q; ++q) bv[q] = _mm256_loadu_ps(bt + 8 * q);
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    const __m256 x = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(a + g * kc * 2 + at)));
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) acc[g][q] = _mm256_fmadd_ps(x, bv[q], acc[g][q]);
+  }
+}
+
+/// The narrow kernel on AVX2: G groups of 2 rows x Q chunks of 4 columns (lane (c, r) of
+/// accumulator [g][q] is C[2g + r][4q + c]), in place like micro_narrow_avx512.
+template <int G, int Q>
+__attribute__((target("avx2,fma"))) inline void micro_narrow_avx2(std::size_t kc, const float* a, const float* b,
+                                                                 float* c, std::size_t ldc, bool first,
+                                                                 std::size_t cols) noexcept {
+  const __m128i last = _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(cols - 4 * (Q - 1))), _mm_setr_epi32(0, 1, 2, 3));
+  __m256 acc[G][Q];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) {
+      if (first) {
+        acc[g][q] = _mm256_setzero_ps();
+        continue;
+      }
+      const float* row = c + 2 * g * ldc + 4 * q;
+      const __m128 x0 = q + 1 < Q ? _mm_loadu_ps(row) : _mm_maskload_ps(row, last),
+                   x1 = q + 1 < Q ? _mm_loadu_ps(row + ldc) : _mm_maskload_ps(row + ldc, last);
+      acc[g][q] = _mm256_set_m128(_mm_unpackhi_ps(x0, x1), _mm_unpacklo_ps(x0, x1));
+    }
+  std::size_t t = 0;
+  for (; t + 8 <= kc; t += 8)  // a whole block: slot t + u at pair_slot's place
+#pragma GCC unroll 8
+    for (std::size_t u = 0; u < 8; ++u) {
+      const std::size_t k = u ^ 1;
+      narrow_step_avx2(acc, a, kc, 2 * t + 2 * (k % 2 + 2 * (k / 4) + 4 * (k / 2 % 2)), b + (t + u) * 8 * Q);
+    }
+  for (; t < kc; ++t) narrow_step_avx2(acc, a, kc, 2 * t, b + t * 8 * Q);
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g)
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) {
+      const __m128 lo = _mm256_castps256_ps128(acc[g][q]), hi = _mm256_extractf128_ps(acc[g][q], 1);
+      const __m128 r0 = _mm_shuffle_ps(lo, hi, 0x88), r1 = _mm_shuffle_ps(lo, hi, 0xDD);
+      float* row = c + 2 * g * ldc + 4 * q;
+      if (q + 1 < Q) {
+        _mm_storeu_ps(row, r0);
+        _mm_storeu_ps(row + ldc, r1);
+      } else {
+        _mm_maskstore_ps(row, last, r0);
+        _mm_maskstore_ps(row + ldc, last, r1);
+      }
+    }
+}
+
 /// The narrow kernel on AVX-512: G groups of 4 rows x Q chunks of 4 columns (A and B as
 /// pack_a_groups and pack_b_narrow lay them out), the same fma per element in the same k order
 /// as micro_avx512. C's tile is read and written in place, `cols` (> 4 (Q - 1)) columns of it.
@@ -971,17 +1103,21 @@ __attribute__((target("avx512f"))) inline void micro_narrow_avx512(std::size_t k
     }
 }
 
-/// A narrow tile: one group (rows <= 4, a batch-1 forward) or the whole panel of bk.mr rows.
-inline void micro_narrow(const blocking& bk, bool one_group, std::size_t kc, const float* a, const float* b, float* c,
-                         std::size_t ldc, bool first, std::size_t cols) noexcept {
-#define XTPU_NARROW(G, Q)                                                               \
-  return one_group ? micro_narrow_avx512<1, Q>(kc, a, b, c, ldc, first, cols)           \
-                   : micro_narrow_avx512<G, Q>(kc, a, b, c, ldc, first, cols)
+/// A narrow tile: one group (rows <= bk.chunk, a batch-1 forward) or the whole panel of bk.mr rows.
+inline void micro_narrow(isa path, const blocking& bk, bool one_group, std::size_t kc, const float* a, const float* b,
+                         float* c, std::size_t ldc, bool first, std::size_t cols) noexcept {
+#define XTPU_NARROW(K, G, Q) \
+  return one_group ? K<1, Q>(kc, a, b, c, ldc, first, cols) : K<G, Q>(kc, a, b, c, ldc, first, cols)
+  if (path == isa::avx2) switch (bk.nr / 4) {
+      case 1: XTPU_NARROW(micro_narrow_avx2, 8, 1);
+      case 2: XTPU_NARROW(micro_narrow_avx2, 6, 2);
+      default: XTPU_NARROW(micro_narrow_avx2, 4, 3);
+    }
   switch (bk.nr / 4) {
-    case 1: XTPU_NARROW(8, 1);
-    case 2: XTPU_NARROW(8, 2);
-    case 3: XTPU_NARROW(8, 3);
-    default: XTPU_NARROW(6, 4);
+    case 1: XTPU_NARROW(micro_narrow_avx512, 8, 1);
+    case 2: XTPU_NARROW(micro_narrow_avx512, 8, 2);
+    case 3: XTPU_NARROW(micro_narrow_avx512, 8, 3);
+    default: XTPU_NARROW(micro_narrow_avx512, 6, 4);
   }
 #undef XTPU_NARROW
 }
@@ -1003,13 +1139,14 @@ inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, c
       micro_avx512bf16((kc + 1) / 2, static_cast<const std::uint32_t*>(ap), static_cast<const std::uint32_t*>(bp), dst, ld, first);
       break;
     case isa::avx512:
-      if (bk.narrow)
-        micro_narrow(bk, mr <= 4, kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first,
-                     full ? nr : bk.nr);
-      else micro_avx512(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
-      break;
     case isa::avx2:
-      micro_avx2(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
+      if (bk.narrow)
+        micro_narrow(path, bk, mr <= bk.chunk, kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst,
+                     ld, first, full ? nr : bk.nr);
+      else if (path == isa::avx512)
+        micro_avx512(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
+      else
+        micro_avx2(kc, static_cast<const float*>(ap), static_cast<const float*>(bp), dst, ld, first);
       break;
 #endif
     default:
@@ -1019,15 +1156,17 @@ inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, c
     for (std::size_t i = 0; i < mr; ++i) std::memcpy(c + i * ldc, local + i * bk.nr, nr * sizeof(float));
 }
 
-/// The blocking of a pass of N columns on `path`. A narrow output on AVX-512 (N <= 16) takes
-/// the narrow kernel: nr is N rounded up to whole chunks of 4, mr as many groups of 4 rows as
-/// the registers hold, and an M block is one panel (A is read once: packed, then multiplied
-/// while in L1).
+/// The blocking of a pass of N columns on `path`. A narrow output (N <= 16 on AVX-512, <= 12
+/// on AVX2) takes the narrow kernel: nr is N rounded up to whole chunks of 4 columns, mr as
+/// many groups of rows as the registers hold, and an M block is one panel (A is read once:
+/// packed, then multiplied while in L1).
 inline blocking blocking_of(isa path, std::size_t N) noexcept {
   blocking bk = blocking_for(path);
-  if (path != isa::avx512 || N > 16) return bk;
+  if (!((path == isa::avx512 && N <= 16) || (path == isa::avx2 && N <= 12))) return bk;
   bk.nr = (N + 3) / 4 * 4;
-  bk.mr = bk.nr <= 12 ? 32 : 24;
+  bk.chunk = group_rows(path);
+  if (path == isa::avx512) bk.mr = bk.nr <= 12 ? 32 : 24;  // 8 or 6 groups (registers: 32 zmm)
+  else bk.mr = bk.nr == 4 ? 16 : bk.nr == 8 ? 12 : 8;      // 8, 6 or 4 groups (16 ymm)
   bk.narrow = true;
   bk.mc = bk.mr;
   return bk;
@@ -1103,7 +1242,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
         bool small_rows = false;
 #if XTPU_X86
         // fewer rows than a tile (batch-1 inference): all panels at once, 1..5 rows
-        small_rows = mc <= 5 && ((path == isa::avx2 && mc < bk.mr) || (path == isa::avx512 && !bk.narrow));
+        small_rows = mc <= 5 && !bk.narrow && ((path == isa::avx2 && mc < bk.mr) || path == isa::avx512);
         if (small_rows) {
           const std::size_t full = nc / bk.nr;
           if (path == isa::avx2) small_rows_pass<16>(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
