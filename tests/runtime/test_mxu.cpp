@@ -39,6 +39,40 @@ void expect_bits(const std::vector<float>& got, const std::vector<float>& want, 
     }
 }
 
+// run(c, ep) computes an M x N product into c (row stride ldc > N, filled with -7) with the
+// epilogue ep: its bits must be want's, the columns past N untouched, and ep must see every
+// element once, after the product.
+template <class Run>
+void expect_pass_with_epilogue(Run run, std::size_t M, std::size_t N, std::size_t ldc, const std::vector<float>& want,
+                               const std::string& what) {
+  struct seen {
+    std::vector<int> count;
+    const float* c;
+    std::size_t ldc;
+    bool before = false;  // the epilogue read an element still holding the fill value
+  };
+  std::vector<float> c(M * ldc, -7.0f);
+  seen s{std::vector<int>(M * ldc, 0), c.data(), ldc};
+  const xtpu::mxu::epilogue ep{[](const void* ctx, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
+                                 auto& s = *const_cast<seen*>(static_cast<const seen*>(ctx));
+                                 for (std::size_t i = r0; i < r0 + rows; ++i)
+                                   for (std::size_t j = c0; j < c0 + cols; ++j) {
+                                     ++s.count[i * s.ldc + j];
+                                     if (s.c[i * s.ldc + j] == -7.0f) s.before = true;
+                                   }
+                               },
+                               &s};
+  run(c.data(), &ep);
+  std::vector<float> got(M * N);
+  for (std::size_t i = 0; i < M; ++i) {
+    std::copy_n(c.begin() + static_cast<long>(i * ldc), N, got.begin() + static_cast<long>(i * N));
+    for (std::size_t j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], -7.0f) << what;
+  }
+  expect_bits(got, want, what);
+  EXPECT_EQ(std::count(s.count.begin(), s.count.end(), 1), static_cast<long>(M * N)) << what;
+  EXPECT_FALSE(s.before) << what;
+}
+
 std::vector<float> random_matrix(std::size_t n, std::mt19937& rng, bool specials) {
   std::uniform_real_distribution<float> d(-2.0f, 2.0f);
   std::vector<float> v(n);
@@ -387,20 +421,6 @@ TEST(Mxu, TransposedOperandsSmallRowsAndCachedPackingOnEveryPath) {
 // element once, after the product.
 TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
   std::mt19937 rng(31);
-  struct seen {
-    std::vector<int> count;
-    const float* c;
-    std::size_t ldc;
-    bool before = false;  // the epilogue read an element still holding the fill value
-  };
-  const auto ep_fn = [](const void* ctx, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
-    auto& s = *const_cast<seen*>(static_cast<const seen*>(ctx));
-    for (std::size_t i = r0; i < r0 + rows; ++i)
-      for (std::size_t j = c0; j < c0 + cols; ++j) {
-        ++s.count[i * s.ldc + j];
-        if (s.c[i * s.ldc + j] == -7.0f) s.before = true;
-      }
-  };
   const std::size_t shapes[][3] = {{32, 1, 5}, {64, 10, 128}, {130, 3, 513}, {512, 10, 128}, {40, 15, 300}};
   for (const auto& [M, N, K] : shapes)
     for (bool bf16 : {false, true}) {
@@ -426,19 +446,10 @@ TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
           const std::string what = std::string(xtpu::isa_name(p)) + (bf16 ? " bf16" : " f32") + " threads " +
                                    std::to_string(threads) + " M" + std::to_string(M) + " N" + std::to_string(N) +
                                    " K" + std::to_string(K);
-          const std::size_t ldc = N + 3;  // c inside a wider buffer: the columns past N untouched
-          std::vector<float> c(M * ldc, -7.0f);
-          seen s{std::vector<int>(M * ldc, 0), c.data(), ldc};
-          const xtpu::mxu::epilogue ep{ep_fn, &s};
-          xtpu::mxu::pass(av, bv, c.data(), ldc, M, N, K, p, threads, &ep);
-          std::vector<float> got(M * N);
-          for (std::size_t i = 0; i < M; ++i) {
-            std::copy_n(c.begin() + static_cast<long>(i * ldc), N, got.begin() + static_cast<long>(i * N));
-            for (std::size_t j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], -7.0f) << what;
-          }
-          expect_bits(got, want, what);
-          EXPECT_EQ(std::count(s.count.begin(), s.count.end(), 1), static_cast<long>(M * N)) << what;
-          EXPECT_FALSE(s.before) << what;
+          const std::size_t ldc = N + 3;
+          expect_pass_with_epilogue(
+              [&](float* c, const xtpu::mxu::epilogue* ep) { xtpu::mxu::pass(av, bv, c, ldc, M, N, K, p, threads, ep); },
+              M, N, ldc, want, what);
         }
       }
     }
@@ -452,20 +463,6 @@ TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
 // epilogue sees each element once, after the product.
 TEST(Mxu, NarrowKernelsMatchTheReference) {
   std::mt19937 rng(77);
-  struct seen {
-    std::vector<int> count;
-    const float* c;
-    std::size_t ldc;
-    bool before = false;
-  };
-  const auto ep_fn = [](const void* ctx, std::size_t r0, std::size_t c0, std::size_t rows, std::size_t cols) {
-    auto& s = *const_cast<seen*>(static_cast<const seen*>(ctx));
-    for (std::size_t i = r0; i < r0 + rows; ++i)
-      for (std::size_t j = c0; j < c0 + cols; ++j) {
-        ++s.count[i * s.ldc + j];
-        if (s.c[i * s.ldc + j] == -7.0f) s.before = true;
-      }
-  };
   EXPECT_TRUE(xtpu::mxu::detail::blocking_of(isa::avx512, 16).narrow);
   EXPECT_FALSE(xtpu::mxu::detail::blocking_of(isa::avx512, 17).narrow);
   EXPECT_TRUE(xtpu::mxu::detail::blocking_of(isa::avx2, 12).narrow);
@@ -496,24 +493,18 @@ TEST(Mxu, NarrowKernelsMatchTheReference) {
             const std::string what = std::string(xtpu::isa_name(p)) + " form " + std::to_string(form) + " threads " +
                                      std::to_string(threads) + " M" + std::to_string(M) + " N" + std::to_string(N) +
                                      " K" + std::to_string(K);
-            const std::size_t ldc = N + 2;
-            std::vector<float> c(M * ldc, -7.0f);
-            seen s{std::vector<int>(M * ldc, 0), c.data(), ldc};
-            const xtpu::mxu::epilogue ep{ep_fn, &s};
             // 2 threads: B from the packed-operand cache (a version seen once is recorded, seen
             // twice packed whole, then read from the cache)
-            const std::uint64_t version = 1'000'000 + N * 10'000 + M * 100 + K % 100;
-            for (int warm = 0; warm < (threads == 2 ? 2 : 0); ++warm)
-              xtpu::mxu::pass(av, {b.data(), false, N, 1}, c.data(), ldc, M, N, K, p, 1, nullptr, version);
-            xtpu::mxu::pass(av, {b.data(), false, N, 1}, c.data(), ldc, M, N, K, p, threads, &ep, threads == 2 ? version : 0);
-            std::vector<float> got(M * N);
-            for (std::size_t i = 0; i < M; ++i) {
-              std::copy_n(c.begin() + static_cast<long>(i * ldc), N, got.begin() + static_cast<long>(i * N));
-              for (std::size_t j = N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], -7.0f) << what;
-            }
-            expect_bits(got, want, what);
-            EXPECT_EQ(std::count(s.count.begin(), s.count.end(), 1), static_cast<long>(M * N)) << what;
-            EXPECT_FALSE(s.before) << what;
+            const std::uint64_t version = threads == 2 ? 1'000'000 + N * 10'000 + M * 100 + K % 100 : 0;
+            std::vector<float> scratch(M * N);
+            for (int warm = 0; warm < (version ? 2 : 0); ++warm)
+              xtpu::mxu::pass(av, {b.data(), false, N, 1}, scratch.data(), N, M, N, K, p, 1, nullptr, version);
+            const std::size_t ldc = N + 2;
+            expect_pass_with_epilogue(
+                [&](float* c, const xtpu::mxu::epilogue* ep) {
+                  xtpu::mxu::pass(av, {b.data(), false, N, 1}, c, ldc, M, N, K, p, threads, ep, version);
+                },
+                M, N, ldc, want, what);
           }
       }
   EXPECT_GT(cache.hits(), hits);
