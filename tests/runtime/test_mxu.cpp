@@ -422,8 +422,9 @@ TEST(Mxu, TransposedOperandsSmallRowsAndCachedPackingOnEveryPath) {
 TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
   std::mt19937 rng(31);
   const std::size_t shapes[][3] = {{32, 1, 5}, {64, 10, 128}, {130, 3, 513}, {512, 10, 128}, {40, 15, 300}};
-  for (const auto& [M, N, K] : shapes)
+  for (const auto& shape : shapes)
     for (bool bf16 : {false, true}) {
+      const std::size_t M = shape[0], N = shape[1], K = shape[2];  // named, not bound: clang 14 captures no bindings
       auto a = random_matrix(M * K, rng, M == 130), b = random_matrix(K * N, rng, N == 3);
       if (bf16)
         for (auto* v : {&a, &b})
