@@ -564,17 +564,22 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
 /// Where slot t of a group of 4 rows starts (in floats): in a whole block of 16 slots, slot
 /// 4j + v is at 16 v + 4 j — where the 4 x 16 transpose in registers leaves it without a last
 /// 128-bit stage (groups16_avx512); past the last whole block, at 4 t.
+constexpr std::size_t group_block_slot(std::size_t u) noexcept { return (u % 4) * 16 + (u / 4) * 4; }
 constexpr std::size_t group_slot(std::size_t t, std::size_t kc) noexcept {
-  const std::size_t tb = t / 16 * 16, u = t - tb;
-  return tb + 16 <= kc ? 4 * tb + (u % 4) * 16 + (u / 4) * 4 : 4 * t;
+  const std::size_t tb = t / 16 * 16;
+  return tb + 16 <= kc ? 4 * tb + group_block_slot(t - tb) : 4 * t;
 }
 
 /// The same for a group of 2 rows (AVX2): in a whole block of 8 slots, where groups8_avx2's
 /// two unpacks leave the k it holds (k 0, 1, 4, 5 in its first vector, 2, 3, 6, 7 in its
 /// second); past the last whole block, at 2 t.
+constexpr std::size_t pair_block_slot(std::size_t u) noexcept {
+  const std::size_t k = u ^ 1;  // slot u holds k = u ^ 1 (pair order)
+  return 2 * (k % 2 + 2 * (k / 4) + 4 * (k / 2 % 2));
+}
 constexpr std::size_t pair_slot(std::size_t t, std::size_t kc) noexcept {
-  const std::size_t tb = t / 8 * 8, k = (t - tb) ^ 1;  // slot t holds k = t ^ 1 (pair order)
-  return tb + 8 <= kc ? 2 * tb + 2 * (k % 2 + 2 * (k / 4) + 4 * (k / 2 % 2)) : 2 * t;
+  const std::size_t tb = t / 8 * 8;
+  return tb + 8 <= kc ? 2 * tb + pair_block_slot(t - tb) : 2 * t;
 }
 
 /// Rows of A in one group of the narrow kernel on `path`.
@@ -1032,10 +1037,7 @@ __attribute__((target("avx2,fma"))) inline void micro_narrow_avx2(std::size_t kc
   std::size_t t = 0;
   for (; t + 8 <= kc; t += 8)  // a whole block: slot t + u at pair_slot's place
 #pragma GCC unroll 8
-    for (std::size_t u = 0; u < 8; ++u) {
-      const std::size_t k = u ^ 1;
-      narrow_step_avx2(acc, a, kc, 2 * t + 2 * (k % 2 + 2 * (k / 4) + 4 * (k / 2 % 2)), b + (t + u) * 8 * Q);
-    }
+    for (std::size_t u = 0; u < 8; ++u) narrow_step_avx2(acc, a, kc, 2 * t + pair_block_slot(u), b + (t + u) * 8 * Q);
   for (; t < kc; ++t) narrow_step_avx2(acc, a, kc, 2 * t, b + t * 8 * Q);
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g)
@@ -1082,10 +1084,9 @@ __attribute__((target("avx512f"))) inline void micro_narrow_avx512(std::size_t k
       acc[g][q] = _mm512_permutexvar_ps(swap, v);
     }
   std::size_t t = 0;
-  for (; t + 16 <= kc; t += 16)  // a whole block: slot 4j + v at 4 t + 16 v + 4 j (group_slot)
-    for (std::size_t j = 0; j < 4; ++j)
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < 4; ++v) narrow_step_avx512(acc, a, kc, 4 * t + 16 * v + 4 * j, b + (t + 4 * j + v) * 16 * Q);
+  for (; t + 16 <= kc; t += 16)  // a whole block: slot t + u at group_slot's place
+#pragma GCC unroll 16
+    for (std::size_t u = 0; u < 16; ++u) narrow_step_avx512(acc, a, kc, 4 * t + group_block_slot(u), b + (t + u) * 16 * Q);
   for (; t < kc; ++t) narrow_step_avx512(acc, a, kc, 4 * t, b + t * 16 * Q);
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g)
