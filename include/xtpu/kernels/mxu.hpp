@@ -296,6 +296,29 @@ __attribute__((target("avx2"))) inline void convert_transpose_avx2(const void* s
     for (std::size_t y = y0; y < cols; ++y) one(x, y);
 }
 
+/// t = the 16 x 16 transpose of r (32-bit lanes; r is overwritten): unpack, shuffle, then two
+/// 128-bit lane shuffles.
+__attribute__((target("avx512f"), always_inline)) inline void transpose16(__m512 (&r)[16], __m512 (&t)[16]) noexcept {
+  for (int k = 0; k < 16; k += 2) {  // t[k], t[k+1]: rows k, k+1 interleaved within 128-bit lanes
+    t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 16; k += 4) {  // r[k + m], lane L: column 4L + m of rows k..k+3
+    r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
+    r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
+    r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+    r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+  }
+  for (int m = 0; m < 4; ++m) {  // the 128-bit lanes of r[m], r[4+m], r[8+m], r[12+m] transposed
+    const __m512 v0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44), v1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xEE);
+    const __m512 v2 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x44), v3 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xEE);
+    t[m] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    t[4 + m] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    t[8 + m] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    t[12 + m] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+
 /// convert_transpose on AVX-512: 16 x 16 blocks loaded, converted and transposed in registers
 /// (unpack, shuffle, then two 128-bit lane shuffles); the rows and columns past the last whole
 /// block go to the AVX2 routine as two sub-problems. A block starts at an even row and column,
@@ -313,24 +336,7 @@ __attribute__((target("avx512f"))) inline void convert_transpose_avx512(const vo
       __m512 r[16], t[16];
       for (int k = 0; k < 16; ++k)
         r[k] = _mm512_castsi512_ps(mxu_bits16(load16(src, Bf16, (y0 + static_cast<std::size_t>(k)) * lds + x0)));
-      for (int k = 0; k < 16; k += 2) {  // t[k], t[k+1]: rows k, k+1 interleaved within 128-bit lanes
-        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
-      }
-      for (int k = 0; k < 16; k += 4) {  // r[k + m], lane L: column 4L + m of rows k..k+3
-        r[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
-        r[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
-        r[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-        r[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
-      }
-      for (int m = 0; m < 4; ++m) {  // the 128-bit lanes of r[m], r[4+m], r[8+m], r[12+m] transposed
-        const __m512 v0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44), v1 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xEE);
-        const __m512 v2 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x44), v3 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xEE);
-        t[m] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-        t[4 + m] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
-        t[8 + m] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-        t[12 + m] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
-      }
+      transpose16(r, t);
       for (int k = 0; k < 16; ++k) {  // t[k]: dst row x0 + k, cols y0..y0+15
         const __m512 o = swap_cols ? _mm512_permute_ps(t[k], 0xB1) : t[k];
         _mm512_storeu_ps(dst + (x0 + static_cast<std::size_t>(swap_rows ? k ^ 1 : k)) * ldd + y0, o);
@@ -449,6 +455,102 @@ inline void make_pairs(const float* even, const float* odd, std::size_t n, std::
 // the low half, 2i+1 in the high half (vdpbf16ps's layout); a missing odd element is -0 in A
 // and +0 in B, so its product is -0, an exact identity. Padding lanes are zeros.
 
+#if XTPU_X86
+// ---- bf16 pairs on AVX512_BF16 (the avx512bf16 path): vcvtneps2bf16 / vcvtne2ps2bf16 are the
+// MXU's operand rule (SixteenLaneConversionsAreTheScalarRule), so a pair is two conversions.
+
+/// Pairs of 16 values each: element 2q from lo, 2q + 1 from hi (both f32 as loaded).
+__attribute__((target("avx512f,avx512bf16"), always_inline)) inline __m512 pair16(__m512i lo, __m512i hi) noexcept {
+  const __m512i l = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(lo)));
+  const __m512i h = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(hi)));
+  return _mm512_castsi512_ps(_mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+}
+
+/// 32 contiguous values from element i (n of them, zeros past n) -> their 16 pairs.
+__attribute__((target("avx512f,avx512bf16"), always_inline)) inline __m512 run_pairs16(const void* src, bool bf16,
+                                                                                      std::size_t i, std::size_t n) noexcept {
+  const __m512i lo = load16(src, bf16, i, std::min<std::size_t>(n, 16)), hi = load16(src, bf16, i + 16, n > 16 ? n - 16 : 0);
+  return _mm512_castsi512_ps((__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi), _mm512_castsi512_ps(lo)));
+}
+
+/// A row's k run (n contiguous values from element i) -> (n + 1) / 2 pairs at out, a missing
+/// last odd element being -0 (A's identity padding).
+__attribute__((target("avx512f,avx512bf16"))) inline void row_pairs_bf16(const void* src, bool bf16, std::size_t i,
+                                                                        std::size_t n, float* out) noexcept {
+  std::size_t k = 0;
+  for (; k + 32 <= n; k += 32) _mm512_storeu_ps(out + k / 2, run_pairs16(src, bf16, i + k, 32));
+  if (k == n) return;
+  __m512 v = run_pairs16(src, bf16, i + k, n - k);
+  const std::size_t q = (n - k) / 2;  // pair q holds the last element alone when n is odd
+  if (n & 1) v = _mm512_castsi512_ps(_mm512_mask_or_epi32(_mm512_castps_si512(v), static_cast<__mmask16>(1u << q),
+                                                          _mm512_castps_si512(v), _mm512_set1_epi32(0x80000000)));
+  _mm512_mask_storeu_ps(out + k / 2, static_cast<__mmask16>((1u << ((n - k + 1) / 2)) - 1u), v);
+}
+
+/// B (k, n) with rows contiguous (row k at element k * lds), k in [p0, p0 + kc), columns
+/// [0, nc) -> panels of nr (a multiple of 16) columns of pairs, pstride floats apart: pair
+/// row t of a panel holds rows 2t and 2t + 1 (a row past kc: +0, B's padding; columns past nc:
+/// zeros). Bands of 8 pair rows visit every panel, so the rows are read in long runs.
+__attribute__((target("avx512f,avx512bf16"))) inline void rows_to_pair_panels_bf16(const void* src, bool bf16,
+                                                                                  std::size_t lds, std::size_t p0,
+                                                                                  std::size_t kc, std::size_t nc,
+                                                                                  std::size_t nr, std::size_t pstride,
+                                                                                  float* out) noexcept {
+  const std::size_t slots = (kc + 1) / 2;
+  for (std::size_t t0 = 0; t0 < slots; t0 += 8) {
+    const std::size_t t1 = std::min(slots, t0 + 8);
+    float* panel = out;
+    for (std::size_t jp = 0; jp < nc; jp += nr, panel += pstride) {
+      const std::size_t n = std::min(nr, nc - jp);
+      for (std::size_t t = t0; t < t1; ++t) {
+        const std::size_t r0 = (p0 + 2 * t) * lds + jp, r1 = r0 + lds;
+        const bool has1 = 2 * t + 1 < kc;
+        float* dst = panel + t * nr;
+        for (std::size_t j = 0; j < nr; j += 16) {
+          const std::size_t m = j < n ? std::min<std::size_t>(16, n - j) : 0;
+          const __m512i lo = m == 16 ? load16(src, bf16, r0 + j) : load16(src, bf16, r0 + j, m);
+          const __m512i hi = !has1 ? _mm512_setzero_si512() : m == 16 ? load16(src, bf16, r1 + j) : load16(src, bf16, r1 + j, m);
+          _mm512_storeu_ps(dst + j, pair16(lo, hi));
+        }
+      }
+    }
+  }
+}
+
+/// 16 lines of n <= 32 contiguous k values (line c at element base + c * lds; zeros past n,
+/// B's +0 padding) -> dst[q * ldd + c] = pair q of line c: a transposed B's 16 x 16 block.
+__attribute__((target("avx512f,avx512bf16"))) inline void lines_pairs16_bf16(const void* src, bool bf16,
+                                                                            std::size_t base, std::size_t lds,
+                                                                            std::size_t n, float* dst,
+                                                                            std::size_t ldd) noexcept {
+  __m512 r[16], t[16];
+  for (int c = 0; c < 16; ++c) r[c] = run_pairs16(src, bf16, base + static_cast<std::size_t>(c) * lds, n);
+  transpose16(r, t);
+  for (int q = 0; q < 16; ++q) _mm512_storeu_ps(dst + static_cast<std::size_t>(q) * ldd, t[q]);
+}
+
+/// 16 lines of A^T (line k at element base + k * lds holds 16 rows' values contiguous), pairs
+/// of lines 2q, 2q + 1 for q < 16 (a line at kn or past: -0, A's padding) -> dst[r * ldd + q] =
+/// pair q of row r: a transposed A's 16 x 16 block.
+__attribute__((target("avx512f,avx512bf16"))) inline void cols_pairs16_bf16(const void* src, bool bf16,
+                                                                           std::size_t base, std::size_t lds,
+                                                                           std::size_t kn, float* dst,
+                                                                           std::size_t ldd) noexcept {
+  __m512 r[16], t[16];
+  for (std::size_t q = 0; q < 16; ++q) {
+    if (2 * q >= kn) {  // past K (the last block of a partial run): no line read
+      r[q] = _mm512_setzero_ps();
+      continue;
+    }
+    const __m512i lo = load16(src, bf16, base + 2 * q * lds);
+    const __m512i hi = 2 * q + 1 < kn ? load16(src, bf16, base + (2 * q + 1) * lds) : _mm512_set1_epi32(static_cast<int>(0x80000000u));
+    r[q] = pair16(lo, hi);
+  }
+  transpose16(r, t);
+  for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + static_cast<std::size_t>(k) * ldd, t[k]);
+}
+#endif
+
 inline void pack_a(isa path, const matrix_view& a, std::size_t i0, std::size_t mc, std::size_t p0, std::size_t kc, std::size_t mr,
                    bool pairs, float* out) noexcept {
 #if XTPU_X86
@@ -456,6 +558,39 @@ inline void pack_a(isa path, const matrix_view& a, std::size_t i0, std::size_t m
 #endif
   thread_local std::vector<float> line, odd;
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
+#if XTPU_X86
+  if (pairs) {  // the panels of mr rows one after the other are one row-major (rows, slots) matrix
+    const std::size_t rows = (mc + mr - 1) / mr * mr;
+    std::size_t i = 0, done = 0;  // rows [0, i) have their pairs [0, done)
+    if (a.cs == 1) {  // rows contiguous along k: each row's run is its pairs
+      for (; i < mc; ++i) row_pairs_bf16(a.data, a.bf16, (i0 + i) * a.rs + p0, kc, out + i * slots);
+      done = slots;
+    } else if (a.rs == 1) {  // a transposed tensor: 16 rows x 16 pairs at a time, transposed in registers
+      done = slots;
+      for (; i + 16 <= mc; i += 16)
+        for (std::size_t q = 0; q < slots; q += 16) {
+          const std::size_t from = i0 + i + (p0 + 2 * q) * a.cs;
+          if (q + 16 <= slots) {
+            cols_pairs16_bf16(a.data, a.bf16, from, a.cs, kc - 2 * q, out + i * slots + q, slots);
+          } else {  // the last pairs: a whole block computed aside, the pairs that exist kept
+            alignas(64) float block[16 * 16];
+            cols_pairs16_bf16(a.data, a.bf16, from, a.cs, kc - 2 * q, block, 16);
+            for (std::size_t r = 0; r < 16; ++r)
+              std::memcpy(out + (i + r) * slots + q, block + r * 16, (slots - q) * sizeof(float));
+          }
+        }
+    }
+    const auto pair_at = [&](std::size_t r, std::size_t q) {
+      return std::bit_cast<float>(pair_bits(a.at(i0 + r, p0 + 2 * q),
+                                            2 * q + 1 < kc ? a.at(i0 + r, p0 + 2 * q + 1) : std::bit_cast<float>(0x80000000u)));
+    };
+    for (std::size_t r = 0; r < i; ++r)  // the pairs past whole blocks of 16
+      for (std::size_t q = done; q < slots; ++q) out[r * slots + q] = pair_at(r, q);
+    for (; i < rows; ++i)
+      for (std::size_t q = 0; q < slots; ++q) out[i * slots + q] = i < mc ? pair_at(i, q) : 0.0f;
+    return;
+  }
+#endif
   if (!pairs && a.rs == 1 && a.cs != 1) {
     // a transposed tensor: A's columns are contiguous. The panels of mr rows one after the other
     // are one row-major (rows, kc) matrix: converted and transposed in one pass, k in pair order.
@@ -497,6 +632,38 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
   const std::size_t slots = pairs ? (kc + 1) / 2 : kc;
   row0.resize(nr);
   row1.resize(nr);
+#if XTPU_X86
+  if (pairs && nr % 16 == 0 && b.cs == 1)  // rows of B contiguous: two rows make a panel row of pairs
+    return rows_to_pair_panels_bf16(b.address(j0), b.bf16, b.rs, p0, kc, nc, nr, nr * slots, out);
+  if (pairs && nr % 16 == 0 && b.rs == 1) {
+    for (std::size_t jp = 0; jp < nc; jp += nr) {
+      const std::size_t cols = std::min(nr, nc - jp), j = j0 + jp;
+      float* panel = out + (jp / nr) * nr * slots;
+      std::size_t c16 = 0, q16 = 0;
+      // a transposed tensor (columns contiguous along k): 16 columns x 16 pairs at a time
+      c16 = cols / 16 * 16, q16 = slots;
+      for (std::size_t c = 0; c < c16; c += 16)
+        for (std::size_t q = 0; q < slots; q += 16) {
+          const std::size_t n = std::min<std::size_t>(32, kc - 2 * q);
+          if (q + 16 <= slots) {
+            lines_pairs16_bf16(b.data, b.bf16, p0 + 2 * q + (j + c) * b.cs, b.cs, n, panel + q * nr + c, nr);
+          } else {  // the last pairs: a whole block computed aside, its rows that exist kept
+            alignas(64) float block[16 * 16];
+            lines_pairs16_bf16(b.data, b.bf16, p0 + 2 * q + (j + c) * b.cs, b.cs, n, block, 16);
+            for (std::size_t r = 0; q + r < slots; ++r) std::memcpy(panel + (q + r) * nr + c, block + r * 16, 16 * sizeof(float));
+          }
+        }
+      for (std::size_t q = 0; q < slots; ++q)
+        for (std::size_t c = 0; c < nr; ++c) {
+          if (c < c16 && q < q16) continue;
+          panel[q * nr + c] = c < cols ? std::bit_cast<float>(pair_bits(b.at(p0 + 2 * q, j + c),
+                                                                         2 * q + 1 < kc ? b.at(p0 + 2 * q + 1, j + c) : 0.0f))
+                                       : 0.0f;
+        }
+    }
+    return;
+  }
+#endif
   if (!pairs && b.cs == 1) {  // rows of B are contiguous (rows_to_panels)
     const void* src = b.address(j0);
 #if XTPU_X86
@@ -942,7 +1109,11 @@ inline void small_rows_r(std::size_t kc, const float* a, const float* b, std::si
   for (; q < full_panels; ++q) micro.template operator()<1>(q);
 }
 
-/// rows (1..5) rows of C x full_panels panels of NR columns, from packed A (rows of kc) and B.
+/// Blocks of at most this many rows run small_rows_pass on the FMA paths (every row of its
+/// tile useful) rather than a 12- or 6-row tile.
+inline constexpr std::size_t small_rows_max = 5;
+
+/// rows (1..small_rows_max) rows of C x full_panels panels of NR columns, from packed A (rows of kc) and B.
 template <std::size_t NR>
 inline void small_rows_pass(std::size_t rows, std::size_t kc, const float* a, const float* b, std::size_t full_panels,
                             float* c, std::size_t ldc, bool first) noexcept {
@@ -1243,7 +1414,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
         bool small_rows = false;
 #if XTPU_X86
         // fewer rows than a tile (batch-1 inference): all panels at once, 1..5 rows
-        small_rows = mc <= 5 && !bk.narrow && ((path == isa::avx2 && mc < bk.mr) || path == isa::avx512);
+        small_rows = mc <= small_rows_max && !bk.narrow && ((path == isa::avx2 && mc < bk.mr) || path == isa::avx512);
         if (small_rows) {
           const std::size_t full = nc / bk.nr;
           if (path == isa::avx2) small_rows_pass<16>(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
@@ -1279,6 +1450,15 @@ inline bool runs_transposed(isa path, const matrix_view& a, std::size_t M, std::
   if (path == isa::avx512bf16 || a.rs != 1 || a.cs == 1) return false;
   const std::size_t nr = path == isa::avx512 && N <= 16 ? 16 : blocking_for(path).nr;  // the lanes of a wide tile
   return N < nr && M >= 2 * nr;
+}
+
+/// The path pass() runs: `path`, except that the avx512bf16 path's one kernel (12 x 32 tiles
+/// of vdpbf16ps) hands a narrow output (N <= 16) or a short one (M <= small_rows_max) to the
+/// avx512 path, whose narrow and small-rows kernels pad less. The two paths give the same
+/// bits (docs/mxu.md), so this only moves time: measured on Zen 5, 128x512x10 13.2 us on
+/// avx512 vs 15.8 on vdpbf16ps, 4x784x512 72 vs 76 us, 6x784x512 102 vs 77 us.
+inline isa kernel_path(isa path, std::size_t M, std::size_t N) noexcept {
+  return path == isa::avx512bf16 && (N <= 16 || M <= small_rows_max) ? isa::avx512 : path;
 }
 
 /// Packed B operands kept between calls, keyed by what the caller says identifies the
@@ -1395,6 +1575,7 @@ inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size
     if (ep) ep->fn(ep->ctx, 0, 0, M, N);
     return;
   }
+  path = detail::kernel_path(path, M, N);
   if (!detail::runs_transposed(path, a, M, N)) return detail::pass_blocked(a, b, c, ldc, M, N, K, path, threads, ep, b_version);
   // c^T (N, M) = b^T a^T into a scratch (N * M floats, N under 16), then laid into c: M on the
   // vector lanes instead of a panel mostly padding. Each element is the same fma chain over k
