@@ -151,7 +151,7 @@ inline bool supported(isa i) noexcept {
   return false;
 }
 
-/// The path matmuls run on (XTPU_ISA, else the widest supported).
+/// The path matmuls run on (XTPU_ISA, else best_isa: the fastest for this CPU).
 inline isa active_isa() { return detail::require_supported(static_cast<isa>(detail::isa_cell().load())); }
 /// Forces a path (what XTPU_ISA does at start-up); config_error if the CPU cannot run it.
 inline void set_isa(isa i) { detail::isa_cell().store(static_cast<int>(detail::require_supported(i))); }
