@@ -512,61 +512,81 @@ TEST(Mxu, NarrowKernelsMatchTheReference) {
 }
 
 // The avx512bf16 path packs bf16 pairs with vcvtneps2bf16 / vcvtne2ps2bf16: row runs of 32
-// values, two B rows per panel row, transposed operands 16 x 16 in registers. Every edge of
-// those blocks — K odd, K at and past a 32-value run and a 512-value k block, columns and rows
-// past 16, a last partial panel — A and B contiguous or transposed, f32 or bf16, B packed per
-// call or from the cache, bit for bit against the reference on every path. The shapes are
-// ones that path runs itself (mxu::detail::kernel_path), and an odd K's -0 padding is checked
-// where a column sums to -0.
+// values, B's rows two by two in bands, transposed operands 16 x 16 in registers. Every edge
+// of those blocks — K odd, K at and past a 32-value run and a 512-value k block, rows and
+// columns past 16, a last partial panel, a second block of rows, threads splitting M or N —
+// A and B contiguous or transposed, f32 or bf16, B packed per call or from the cache, bit for
+// bit against the reference on every path. The shapes are ones that path runs itself
+// (mxu::detail::kernel_path), and a column that sums to -0 only if an odd K's padding is -0.
+namespace {
+void expect_pairs_pass(std::size_t M, std::size_t N, std::size_t K, int form, std::uint64_t version, std::mt19937& rng) {
+  ASSERT_EQ(xtpu::mxu::detail::kernel_path(isa::avx512bf16, M, N), isa::avx512bf16);
+  const bool bf16 = form & 1, a_t = form & 2;  // operands bf16; A transposed (else B)
+  auto a = random_matrix(M * K, rng, version % 3 == 0), b = random_matrix(K * N, rng, version % 4 == 1);
+  // C's first and last rows at column 0: k = 1 first (pair order), a product that flushes to
+  // -0, then -0 products (as in SignedZeroAndOddKPadding); the other rows stay random
+  const bool neg_zero = K % 2 == 1 && K > 1;
+  if (neg_zero)
+    for (std::size_t k = 0; k < K; ++k) {
+      for (std::size_t m : {std::size_t{0}, M - 1}) a[m * K + k] = k == 1 ? -0x1.0p-65f : 0.0f;
+      b[k * N] = k == 1 ? 0x1.0p-65f : -1.0f;
+    }
+  if (bf16)
+    for (auto* v : {&a, &b})
+      for (auto& x : *v) x = float(xtpu::bf16(x));
+  // stored: A (m, k) at a_t ? k * M + m : m * K + k; B (k, j) at a_t ? k * N + j : j * K + k
+  std::vector<float> as(M * K), bs(K * N);
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t k = 0; k < K; ++k) as[a_t ? k * M + m : m * K + k] = a[m * K + k];
+  for (std::size_t k = 0; k < K; ++k)
+    for (std::size_t j = 0; j < N; ++j) bs[a_t ? k * N + j : j * K + k] = b[k * N + j];
+  std::vector<std::uint16_t> ah(as.size()), bh(bs.size());
+  for (std::size_t i = 0; i < as.size(); ++i) ah[i] = xtpu::bf16(as[i]).bits();
+  for (std::size_t i = 0; i < bs.size(); ++i) bh[i] = xtpu::bf16(bs[i]).bits();
+  const void* ad = bf16 ? static_cast<const void*>(ah.data()) : as.data();
+  const void* bd = bf16 ? static_cast<const void*>(bh.data()) : bs.data();
+  const xtpu::mxu::matrix_view av = a_t ? xtpu::mxu::matrix_view{ad, bf16, 1, M} : xtpu::mxu::matrix_view{ad, bf16, K, 1};
+  const xtpu::mxu::matrix_view bv = a_t ? xtpu::mxu::matrix_view{bd, bf16, N, 1} : xtpu::mxu::matrix_view{bd, bf16, 1, K};
+  const auto want = reference(a, b, M, N, K);
+  if (neg_zero) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(want[0]), 0x80000000u);
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(want[(M - 1) * N]), 0x80000000u);
+  }
+  for (isa p : paths())
+    for (int call = 0; call < 5; ++call) {  // per call at 1 and 2 threads; then seen, packed whole, cached
+      std::vector<float> c(M * N, -7.0f);
+      const int threads = 1 + call % 2;
+      xtpu::mxu::pass(av, bv, c.data(), N, M, N, K, p, threads, nullptr, call < 2 ? 0 : version);
+      expect_bits(c, want,
+                  std::string(xtpu::isa_name(p)) + " call " + std::to_string(call) + " threads " +
+                      std::to_string(threads) + (bf16 ? " bf16" : " f32") + (a_t ? " A transposed" : " B transposed") +
+                      " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K));
+    }
+}
+}  // namespace
+
 TEST(Mxu, PairPackingMatchesTheReference) {
+  using xtpu::mxu::detail::kernel_path;  // the pair kernel's own shapes start at 6 rows and 17 columns
+  EXPECT_EQ(kernel_path(isa::avx512bf16, 6, 17), isa::avx512bf16);
+  EXPECT_EQ(kernel_path(isa::avx512bf16, 5, 17), isa::avx512);
+  EXPECT_EQ(kernel_path(isa::avx512bf16, 6, 16), isa::avx512);
+  EXPECT_EQ(kernel_path(isa::avx2, 1, 1), isa::avx2);
   std::mt19937 rng(512);
   auto& cache = xtpu::mxu::detail::packed_cache::instance();
   cache.clear();
+  const std::size_t hits = cache.hits();
   const std::size_t shapes[][2] = {{6, 17}, {16, 32}, {17, 33}, {33, 50}, {12, 64}, {40, 31}};
+  std::uint64_t version = 5'000'000;
   std::size_t n = 0;
   for (std::size_t K : {1, 2, 3, 31, 32, 33, 34, 63, 64, 65, 511, 512, 513, 1025})
-    for (int form = 0; form < 4; ++form, ++n) {  // bit 0: operands bf16; bit 1: A transposed, else B
-      const std::size_t M = shapes[n % 6][0], N = shapes[n % 6][1];
-      ASSERT_EQ(xtpu::mxu::detail::kernel_path(isa::avx512bf16, M, N), isa::avx512bf16);
-      const bool bf16 = form & 1, a_t = form & 2;
-      auto a = random_matrix(M * K, rng, n % 3 == 0), b = random_matrix(K * N, rng, n % 4 == 1);
-      if (bf16)
-        for (auto* v : {&a, &b})
-          for (auto& x : *v) x = float(xtpu::bf16(x));
-      // column 0 of C: k = 1 first (pair order), a product that flushes to -0, then -0 products:
-      // -0 only if an odd K's padding product is -0 too (as in SignedZeroAndOddKPadding)
-      const bool neg_zero = K % 2 == 1 && K > 1 && n % 2 == 0;
-      if (neg_zero)
-        for (std::size_t k = 0; k < K; ++k) {
-          for (std::size_t m = 0; m < M; ++m) a[m * K + k] = k == 1 ? -0x1.0p-65f : 0.0f;
-          b[k * N] = k == 1 ? 0x1.0p-65f : -1.0f;
-        }
-      // the stored forms: A (m, k) at a_t ? k * M + m : m * K + k; B (k, j) at a_t ? k * N + j : j * K + k
-      std::vector<float> as(M * K), bs(K * N);
-      for (std::size_t m = 0; m < M; ++m)
-        for (std::size_t k = 0; k < K; ++k) as[a_t ? k * M + m : m * K + k] = a[m * K + k];
-      for (std::size_t k = 0; k < K; ++k)
-        for (std::size_t j = 0; j < N; ++j) bs[a_t ? k * N + j : j * K + k] = b[k * N + j];
-      std::vector<std::uint16_t> ah(as.size()), bh(bs.size());
-      for (std::size_t i = 0; i < as.size(); ++i) ah[i] = xtpu::bf16(as[i]).bits();
-      for (std::size_t i = 0; i < bs.size(); ++i) bh[i] = xtpu::bf16(bs[i]).bits();
-      const void* ad = bf16 ? static_cast<const void*>(ah.data()) : as.data();
-      const void* bd = bf16 ? static_cast<const void*>(bh.data()) : bs.data();
-      const xtpu::mxu::matrix_view av = a_t ? xtpu::mxu::matrix_view{ad, bf16, 1, M} : xtpu::mxu::matrix_view{ad, bf16, K, 1};
-      const xtpu::mxu::matrix_view bv = a_t ? xtpu::mxu::matrix_view{bd, bf16, N, 1} : xtpu::mxu::matrix_view{bd, bf16, 1, K};
-      const auto want = reference(a, b, M, N, K);
-      if (neg_zero) {
-        ASSERT_EQ(std::bit_cast<std::uint32_t>(want[0]), 0x80000000u);
-      }
-      for (isa p : paths())
-        for (int call = 0; call < 3; ++call) {  // B per call, then seen twice: packed whole and cached
-          std::vector<float> c(M * N, -7.0f);
-          xtpu::mxu::pass(av, bv, c.data(), N, M, N, K, p, 1 + call % 2, nullptr, call ? 5'000'000 + n : 0);
-          expect_bits(c, want,
-                      std::string(xtpu::isa_name(p)) + " call " + std::to_string(call) + (bf16 ? " bf16" : " f32") +
-                          (a_t ? " A transposed" : " B transposed") + " M" + std::to_string(M) + " N" +
-                          std::to_string(N) + " K" + std::to_string(K));
-        }
+    for (int form = 0; form < 4; ++form, ++n) expect_pairs_pass(shapes[n % 6][0], shapes[n % 6][1], K, form, ++version, rng);
+  // 2 threads for real (4 MFLOP and up): rows past a 192-row block split over threads, and
+  // columns split over threads (N / 32 >= M / 12)
+  for (std::size_t K : {513, 1025})
+    for (int form = 0; form < 4; ++form) {
+      expect_pairs_pass(200, 40, K, form, ++version, rng);
+      expect_pairs_pass(24, 200, K, form, ++version, rng);
     }
+  EXPECT_GT(cache.hits(), hits);
   cache.clear();
 }

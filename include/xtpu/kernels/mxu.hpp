@@ -86,6 +86,10 @@ constexpr std::size_t pair_order(std::size_t t, std::size_t kc) noexcept {
   return s < kc ? s : t;
 }
 
+/// Blocks of at most this many rows run the FMA paths' small-rows kernels (every row of the
+/// tile useful) rather than a 12- or 6-row tile.
+inline constexpr std::size_t small_rows_max = 5;
+
 struct blocking {
   std::size_t mr, nr, kc, mc, nc;
   bool narrow = false;  // a narrow kernel (blocking_of): A in groups of `chunk` rows, B repeated
@@ -1108,10 +1112,6 @@ inline void small_rows_r(std::size_t kc, const float* a, const float* b, std::si
   for (; q + P <= full_panels; q += P) micro.template operator()<P>(q);
   for (; q < full_panels; ++q) micro.template operator()<1>(q);
 }
-
-/// Blocks of at most this many rows run small_rows_pass on the FMA paths (every row of its
-/// tile useful) rather than a 12- or 6-row tile.
-inline constexpr std::size_t small_rows_max = 5;
 
 /// rows (1..small_rows_max) rows of C x full_panels panels of NR columns, from packed A (rows of kc) and B.
 template <std::size_t NR>
