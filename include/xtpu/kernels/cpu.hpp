@@ -107,7 +107,7 @@ inline isa parse_isa(std::string_view s) {
 }
 
 /// The default path: the fastest the CPU has. The two AVX-512 paths are bit-identical and
-/// differ in speed by core: AMD's (Zen 4, Zen 5) run vdpbf16ps at the rate of an FMA, twice
+/// differ in speed by core: AMD's Zen 5 runs vdpbf16ps at an FMA's rate (Zen 4 not measured), twice
 /// the products per instruction (Zen 5: 128x784x512 335 vs 169 GFLOP/s), Intel's at half
 /// the rate (family 6 model 207: 107 vs ~220 GFLOP/s peak), so AMD defaults to avx512bf16
 /// and the rest to avx512 (docs/mxu.md, "Paths").
