@@ -523,13 +523,14 @@ void expect_pairs_pass(std::size_t M, std::size_t N, std::size_t K, int form, st
   ASSERT_EQ(xtpu::mxu::detail::kernel_path(isa::avx512bf16, M, N), isa::avx512bf16);
   const bool bf16 = form & 1, a_t = form & 2;  // operands bf16; A transposed (else B)
   auto a = random_matrix(M * K, rng, version % 3 == 0), b = random_matrix(K * N, rng, version % 4 == 1);
-  // C's first and last rows at column 0: k = 1 first (pair order), a product that flushes to
-  // -0, then -0 products (as in SignedZeroAndOddKPadding); the other rows stay random
+  // C's first and last rows at columns 0 and N - 1 (one in a whole block of 16 columns, one
+  // past them where N % 16 != 0): k = 1 first (pair order), a product that flushes to -0, then
+  // -0 products (as in SignedZeroAndOddKPadding); the other rows and columns stay random
   const bool neg_zero = K % 2 == 1 && K > 1;
   if (neg_zero)
     for (std::size_t k = 0; k < K; ++k) {
       for (std::size_t m : {std::size_t{0}, M - 1}) a[m * K + k] = k == 1 ? -0x1.0p-65f : 0.0f;
-      b[k * N] = k == 1 ? 0x1.0p-65f : -1.0f;
+      for (std::size_t j : {std::size_t{0}, N - 1}) b[k * N + j] = k == 1 ? 0x1.0p-65f : -1.0f;
     }
   if (bf16)
     for (auto* v : {&a, &b})
@@ -548,10 +549,10 @@ void expect_pairs_pass(std::size_t M, std::size_t N, std::size_t K, int form, st
   const xtpu::mxu::matrix_view av = a_t ? xtpu::mxu::matrix_view{ad, bf16, 1, M} : xtpu::mxu::matrix_view{ad, bf16, K, 1};
   const xtpu::mxu::matrix_view bv = a_t ? xtpu::mxu::matrix_view{bd, bf16, N, 1} : xtpu::mxu::matrix_view{bd, bf16, 1, K};
   const auto want = reference(a, b, M, N, K);
-  if (neg_zero) {
-    ASSERT_EQ(std::bit_cast<std::uint32_t>(want[0]), 0x80000000u);
-    ASSERT_EQ(std::bit_cast<std::uint32_t>(want[(M - 1) * N]), 0x80000000u);
-  }
+  if (neg_zero)
+    for (std::size_t at : {std::size_t{0}, N - 1, (M - 1) * N, M * N - 1}) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(want[at]), 0x80000000u);
+    }
   for (isa p : paths())
     for (int call = 0; call < 5; ++call) {  // per call at 1 and 2 threads; then seen, packed whole, cached
       std::vector<float> c(M * N, -7.0f);

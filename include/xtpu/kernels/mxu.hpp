@@ -118,6 +118,14 @@ inline std::uint32_t mxu_bits(std::uint32_t u) noexcept {
 constexpr std::uint32_t pair_bits(float even, float odd) noexcept {
   return (std::bit_cast<std::uint32_t>(even) >> 16) | (std::bit_cast<std::uint32_t>(odd) & 0xFFFF0000u);
 }
+/// The missing odd element of a run's last pair (K odd): -0 in A, +0 in B. Their product, -0,
+/// is the one addend that leaves every f32 sum as it is (a sum of -0 values included).
+constexpr std::uint32_t a_pad_bits = 0x80000000u, b_pad_bits = 0u;
+/// Pair q of a k run of kc values that `at(k)` reads, the missing odd element `pad_bits`.
+template <class At>
+float pair_of(const At& at, std::size_t q, std::size_t kc, std::uint32_t pad_bits) noexcept {
+  return std::bit_cast<float>(pair_bits(at(2 * q), 2 * q + 1 < kc ? at(2 * q + 1) : std::bit_cast<float>(pad_bits)));
+}
 
 /// Elements t in [begin, n) of a run: dst[t] = the MXU value of src[base + (swap ?
 /// pair_order(t, n) : t) * step] (src f32, or bf16 widened) — the scalar conversion every
@@ -487,7 +495,7 @@ __attribute__((target("avx512f,avx512bf16"))) inline void row_pairs_bf16(const v
   __m512 v = run_pairs16(src, bf16, i + k, n - k);
   const std::size_t q = (n - k) / 2;  // pair q holds the last element alone when n is odd
   if (n & 1) v = _mm512_castsi512_ps(_mm512_mask_or_epi32(_mm512_castps_si512(v), static_cast<__mmask16>(1u << q),
-                                                          _mm512_castps_si512(v), _mm512_set1_epi32(0x80000000)));
+                                                          _mm512_castps_si512(v), _mm512_set1_epi32(static_cast<int>(a_pad_bits))));
   _mm512_mask_storeu_ps(out + k / 2, static_cast<__mmask16>((1u << ((n - k + 1) / 2)) - 1u), v);
 }
 
@@ -547,7 +555,7 @@ __attribute__((target("avx512f,avx512bf16"))) inline void cols_pairs16_bf16(cons
       continue;
     }
     const __m512i lo = load16(src, bf16, base + 2 * q * lds);
-    const __m512i hi = 2 * q + 1 < kn ? load16(src, bf16, base + (2 * q + 1) * lds) : _mm512_set1_epi32(static_cast<int>(0x80000000u));
+    const __m512i hi = 2 * q + 1 < kn ? load16(src, bf16, base + (2 * q + 1) * lds) : _mm512_set1_epi32(static_cast<int>(a_pad_bits));
     r[q] = pair16(lo, hi);
   }
   transpose16(r, t);
@@ -585,8 +593,7 @@ inline void pack_a(isa path, const matrix_view& a, std::size_t i0, std::size_t m
         }
     }
     const auto pair_at = [&](std::size_t r, std::size_t q) {
-      return std::bit_cast<float>(pair_bits(a.at(i0 + r, p0 + 2 * q),
-                                            2 * q + 1 < kc ? a.at(i0 + r, p0 + 2 * q + 1) : std::bit_cast<float>(0x80000000u)));
+      return pair_of([&](std::size_t k) { return a.at(i0 + r, p0 + k); }, q, kc, a_pad_bits);
     };
     for (std::size_t r = 0; r < i; ++r)  // the pairs past whole blocks of 16
       for (std::size_t q = done; q < slots; ++q) out[r * slots + q] = pair_at(r, q);
@@ -618,7 +625,7 @@ inline void pack_a(isa path, const matrix_view& a, std::size_t i0, std::size_t m
         convert_run(path, a, base, a.cs, kc, /*swap*/ true, row);
       } else {
         convert_run(path, a, base, a.cs, kc, false, line.data());
-        if (kc & 1) line[kc] = std::bit_cast<float>(0x80000000u);  // -0: the missing odd element
+        if (kc & 1) line[kc] = std::bit_cast<float>(a_pad_bits);
         for (std::size_t q = 0; q < slots; ++q) odd[q] = line[2 * q + 1];
         for (std::size_t q = 0; q < slots; ++q) line[q] = line[2 * q];
         make_pairs(line.data(), odd.data(), slots, reinterpret_cast<std::uint32_t*>(row));
@@ -643,9 +650,8 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
     for (std::size_t jp = 0; jp < nc; jp += nr) {
       const std::size_t cols = std::min(nr, nc - jp), j = j0 + jp;
       float* panel = out + (jp / nr) * nr * slots;
-      std::size_t c16 = 0, q16 = 0;
       // a transposed tensor (columns contiguous along k): 16 columns x 16 pairs at a time
-      c16 = cols / 16 * 16, q16 = slots;
+      const std::size_t c16 = cols / 16 * 16;
       for (std::size_t c = 0; c < c16; c += 16)
         for (std::size_t q = 0; q < slots; q += 16) {
           const std::size_t n = std::min<std::size_t>(32, kc - 2 * q);
@@ -657,13 +663,9 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
             for (std::size_t r = 0; q + r < slots; ++r) std::memcpy(panel + (q + r) * nr + c, block + r * 16, 16 * sizeof(float));
           }
         }
-      for (std::size_t q = 0; q < slots; ++q)
-        for (std::size_t c = 0; c < nr; ++c) {
-          if (c < c16 && q < q16) continue;
-          panel[q * nr + c] = c < cols ? std::bit_cast<float>(pair_bits(b.at(p0 + 2 * q, j + c),
-                                                                         2 * q + 1 < kc ? b.at(p0 + 2 * q + 1, j + c) : 0.0f))
-                                       : 0.0f;
-        }
+      for (std::size_t q = 0; q < slots; ++q)  // the columns past whole blocks of 16
+        for (std::size_t c = c16; c < nr; ++c)
+          panel[q * nr + c] = c < cols ? pair_of([&](std::size_t k) { return b.at(p0 + k, j + c); }, q, kc, b_pad_bits) : 0.0f;
     }
     return;
   }
@@ -691,7 +693,7 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
         } else {
           convert_run(path, b, (p0 + 2 * t) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, row0.data());
           if (2 * t + 1 < kc) convert_run(path, b, (p0 + 2 * t + 1) * b.rs + (j0 + jp) * b.cs, b.cs, cols, false, row1.data());
-          else std::fill_n(row1.data(), cols, 0.0f);  // +0: the missing odd element
+          else std::fill_n(row1.data(), cols, std::bit_cast<float>(b_pad_bits));
           make_pairs(row0.data(), row1.data(), cols, reinterpret_cast<std::uint32_t*>(dst));
         }
         std::fill(dst + cols, dst + nr, 0.0f);
@@ -712,7 +714,7 @@ inline void pack_b(isa path, const matrix_view& b, std::size_t p0, std::size_t k
         if (!pairs) {
           for (std::size_t t = 0; t < kc; ++t) panel[t * nr + c] = line[t];
         } else {
-          if (kc & 1) line[kc] = 0.0f;
+          if (kc & 1) line[kc] = std::bit_cast<float>(b_pad_bits);
           auto* o = reinterpret_cast<std::uint32_t*>(panel);
           for (std::size_t q = 0; q < slots; ++q)
             o[q * nr + c] = pair_bits(line[2 * q], line[2 * q + 1]);
