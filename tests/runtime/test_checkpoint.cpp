@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace xtpu_test;
@@ -185,7 +186,24 @@ struct wider_mlp {  // fc1 has another shape; head has no bias but an extra para
   xtpu::nn::parameter<float, 3> scale;
 };
 }  // namespace
+struct dropout_mlp {  // a seed stream besides the tensors
+  xtpu::nn::linear<4, 8> fc1;
+  xtpu::nn::dropout_module drop{.p = 0.25f};
+  xtpu::nn::linear<8, 3> head;
+  template <class X>
+  auto operator()(const X& x) const {
+    return head(drop(xtpu::relu(fc1(x))));
+  }
+};
+struct two_dropouts {  // dropout_mlp with a second stream
+  xtpu::nn::linear<4, 8> fc1;
+  xtpu::nn::dropout_module drop;
+  xtpu::nn::linear<8, 3> head;
+  std::array<xtpu::nn::dropout_module, 1> extra;
+};
 BOOST_HANA_ADAPT_STRUCT(small_mlp, fc1, head);
+BOOST_HANA_ADAPT_STRUCT(dropout_mlp, fc1, drop, head);
+BOOST_HANA_ADAPT_STRUCT(two_dropouts, fc1, drop, head, extra);
 BOOST_HANA_ADAPT_STRUCT(f32_mlp, fc1, head);
 BOOST_HANA_ADAPT_STRUCT(wider_mlp, fc1, head_weight, scale);
 
@@ -194,8 +212,8 @@ tensor<float, 16, 4> inputs() { return xtpu::random::normal<float, 16, 4>(11); }
 tensor<std::int32_t, 16> labels() {
   return xtpu::cast<std::int32_t>(xtpu::random::uniform<float, 16>(12, 0.0f, 2.999f));
 }
-template <class Opt>
-void train(small_mlp& m, Opt& opt, int steps) {
+template <class Model, class Opt>
+void train(Model& m, Opt& opt, int steps) {
   const auto x = inputs();
   const auto y = labels();
   for (int s = 0; s < steps; ++s) {
@@ -204,7 +222,8 @@ void train(small_mlp& m, Opt& opt, int steps) {
     xtpu::optimizer_step(opt);
   }
 }
-std::vector<std::vector<double>> values(small_mlp& m) {
+template <class Model>
+std::vector<std::vector<double>> values(Model& m) {
   std::vector<std::vector<double>> v;
   xtpu::nn::for_each_parameter(m, [&](const std::string&, const auto& p) { v.push_back(host(p)); });
   return v;
@@ -257,6 +276,77 @@ TEST(Checkpoint, AResumedRunContinuesBitForBit) {
   xtpu::optim::adamw cold_opt(cold, {.lr = 1e-2f});
   train(cold, cold_opt, 3);
   EXPECT_NE(values(cold), values(whole));
+}
+
+TEST(Checkpoint, DropoutStreamsAreSavedSoAResumedRunDrawsTheSameMasks) {
+  dropout_mlp whole = xtpu::nn::init<dropout_mlp>(3);
+  xtpu::optim::adamw whole_opt(whole, {.lr = 1e-2f});
+  train(whole, whole_opt, 6);
+  const std::string path = scratch("dropout.safetensors").string();
+  {
+    dropout_mlp first = xtpu::nn::init<dropout_mlp>(3);
+    xtpu::optim::adamw opt(first, {.lr = 1e-2f});
+    train(first, opt, 3);
+    xtpu::io::save(path, first, opt, {.step = 3});
+    EXPECT_EQ(xtpu::io::safetensors_file::read(path).metadata().at("xtpu.rng.drop"),
+              "[" + std::to_string(first.drop.random_stream()->seed()) + ",3]");  // three masks drawn
+  }
+  dropout_mlp resumed = xtpu::nn::init<dropout_mlp>(99);  // another seed: the file's must replace it
+  xtpu::optim::adamw opt(resumed, {.lr = 1e-2f});
+  xtpu::io::load(path, resumed, opt);
+  train(resumed, opt, 3);
+  EXPECT_EQ(values(resumed), values(whole));
+
+  // streams are named as parameters are; they are state, not weights: a stream the file has is
+  // restored, one it lacks keeps its value, and the file's others are ignored
+  const auto state = [](const auto& module) {
+    return std::pair{module.random_stream()->seed(), module.random_stream()->position()};
+  };
+  std::vector<std::string> names;
+  two_dropouts two = xtpu::nn::init<two_dropouts>(4);
+  xtpu::nn::for_each_stream(two, [&](const std::string& name, auto&) { names.push_back(name); });
+  EXPECT_EQ(names, (std::vector<std::string>{"drop", "extra.0"}));
+  const auto extra = state(two.extra[0]);
+  ASSERT_NE(state(two.drop).first, state(whole.drop).first);
+  xtpu::io::load(path, two);
+  EXPECT_EQ(state(two.drop), (std::pair<std::uint64_t, std::uint64_t>{state(whole.drop).first, 3}));  // init(3)'s, 3 masks
+  EXPECT_EQ(state(two.extra[0]), extra);
+  f32_mlp plain;  // a model without dropout reads a training checkpoint
+  xtpu::io::load(path, plain);
+  dropout_mlp again = xtpu::nn::init<dropout_mlp>(7);
+  xtpu::io::load(path, again);
+  EXPECT_EQ(values(plain), values(again));
+
+  // a stream's value must be two integers >= 0; layout 1 (before streams were saved) loads
+  // and leaves them be; a layout this xtpu does not know is refused
+  const std::string small = scratch("streams.safetensors").string();
+  dropout_mlp d = xtpu::nn::init<dropout_mlp>(5);
+  xtpu::io::save(small, d);
+  const auto f = xtpu::io::safetensors_file::read(small);
+  const std::vector<xtpu::io::stored_tensor> records(f.tensors().begin(), f.tensors().end());
+  auto with = [&](const std::string& key, const std::string& value) {
+    auto meta = f.metadata();
+    meta[key] = value;
+    xtpu::io::write_safetensors(small, records, meta);
+  };
+  for (const std::string bad : {"[1]", "[-1,2]", "[1.5,2]", "{}", "[1,2,3]", "x"}) {
+    with("xtpu.rng.drop", bad);
+    const std::string m = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(small, d); });
+    EXPECT_TRUE(has(m, "__metadata__ 'xtpu.rng.drop' is '" + bad + "', not [seed, position]")) << m;
+  }
+  with("xtpu.rng.drop", "[18446744073709551615,5]");  // the whole uint64 range
+  xtpu::io::load(small, d);
+  EXPECT_EQ(state(d.drop), (std::pair<std::uint64_t, std::uint64_t>{18446744073709551615u, 5}));
+  auto old = f.metadata();
+  old.erase("xtpu.rng.drop");
+  old["xtpu.checkpoint"] = "1";
+  xtpu::io::write_safetensors(small, records, old);
+  xtpu::io::load(small, d);
+  EXPECT_EQ(state(d.drop), (std::pair<std::uint64_t, std::uint64_t>{18446744073709551615u, 5}));
+  old["xtpu.checkpoint"] = "3";
+  xtpu::io::write_safetensors(small, records, old);
+  const std::string later = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(small, d); });
+  EXPECT_TRUE(has(later, "has layout 3 ('xtpu.checkpoint'); this xtpu reads layouts 1 and 2")) << later;
 }
 
 TEST(Checkpoint, ASaveBeforeTheFirstStepOrAfterAnAssignmentResumesToo) {

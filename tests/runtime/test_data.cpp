@@ -100,6 +100,12 @@ TEST(Idx, EachBadFileIsADataErrorNamingTheFileAndTheOffset) {
   std::string m = error_message<xtpu::data_error>([&] { xtpu::data::read_idx<std::uint8_t>(missing); });
   EXPECT_TRUE(has(m, "cannot open '" + missing + "'")) << m;
   EXPECT_TRUE(has(m, "No such file")) << m;
+  const std::string folder = scratch("a-folder").string();  // opens, then fails to read: said first
+  std::filesystem::create_directories(folder);
+  m = error_message<xtpu::data_error>([&] { xtpu::data::read_idx<std::uint8_t>(folder); });
+  EXPECT_EQ(m, "xtpu: cannot open '" + folder + "': Is a directory");
+  m = error_message<xtpu::data_error>([&] { (void)xtpu::data::read_tokens(folder); });
+  EXPECT_EQ(m, "xtpu: cannot open '" + folder + "': Is a directory");
 
   auto bad = small_images();
   bad[1] = 7;

@@ -123,6 +123,21 @@ TEST(Backward, FillsGradEqualToGradAndSumsOverCalls) {
   EXPECT_EQ(host(model.head.bias.grad()), std::vector<double>(2, 0.0));
 }
 
+TEST(Backward, AnExpressionLossIsRecordedFirst) {
+  // backward(loss * 0.5f) as torch's (loss / 2).backward(); grad of an expression loss alike
+  net model = xtpu::nn::init<net>(2);
+  const auto x = device<float, 5, 8>(values(40, 3));
+  tensor<float> loss = xtpu::sum(xtpu::tanh(model.fc1(x)));
+  auto [dw] = xtpu::grad(loss, model.fc1.weight);
+  auto [dw_expr] = xtpu::grad(xtpu::sum(xtpu::tanh(model.fc1(x))), model.fc1.weight);
+  xtpu::backward(xtpu::sum(xtpu::tanh(model.fc1(x))) * 0.5f);
+  xtpu::mark_step();
+  EXPECT_EQ(host(dw_expr), host(dw));
+  std::vector<double> half = host(dw);
+  for (double& v : half) v *= 0.5;
+  EXPECT_EQ(host(model.fc1.weight.grad()), half);  // x 0.5 is exact in binary
+}
+
 TEST(Optim, ClipGradNormScalesEveryGradientInTheStep) {
   // gradients c_w = 2 (3 elements), c_v = (1, 2, 3, 4): norm sqrt(12 + 30) = sqrt(42)
   pair_model m;

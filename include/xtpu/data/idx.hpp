@@ -15,6 +15,7 @@
 // stream (zlib's message), data too large to allocate.
 #pragma once
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -68,11 +69,17 @@ inline data_error open_error(const std::string& path, int err) {
   return data_error("xtpu: cannot open '" + path + "': " + (err != 0 ? std::strerror(err) : "zlib could not start"));
 }
 
+/// open_error for a path that names a folder (which opens, and then fails its first read).
+inline void check_not_a_folder(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw open_error(path, EISDIR);
+}
+
 /// A file read front to back through zlib, with the offset of the next byte; every failure is
 /// a data_error that names the file and that offset.
 class gz_reader {
  public:
-  explicit gz_reader(const std::string& path) : path_(path), f_(gzopen(path.c_str(), "rb")) {
+  explicit gz_reader(const std::string& path) : path_(path), f_((check_not_a_folder(path), gzopen(path.c_str(), "rb"))) {
     if (f_ == nullptr) throw open_error(path_, errno);
   }
   gz_reader(const gz_reader&) = delete;

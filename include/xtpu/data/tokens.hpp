@@ -47,7 +47,7 @@ class token_source {
   explicit token_source(const std::string& path) : path_(path) {
     if (path.ends_with(".gz")) {
       gz_.emplace(path);
-    } else if ((f_ = std::fopen(path.c_str(), "rb")) == nullptr) {
+    } else if (check_not_a_folder(path), (f_ = std::fopen(path.c_str(), "rb")) == nullptr) {
       throw open_error(path, errno);
     }
   }

@@ -77,12 +77,14 @@ inline constexpr settings::setting fraction_setting{"memory_fraction", "XTPU_MEM
 /// Chips per generation a process may name: indices [0, max_chips).
 inline constexpr int max_chips = 256;
 inline constexpr settings::setting chip_index_setting{"chip index", "xtpu::device(generation, index)"};
+inline constexpr settings::setting generation_setting{"generation", "xtpu::device(generation, index)"};
 
-/// The generation called `name`; device_not_available naming the valid ones otherwise.
-inline const generation& find_generation(std::string_view name) {
+/// The generation called `name`; device_not_available naming the valid ones otherwise, and
+/// where the name came from (`from`: XTPU_DEVICE, or the device constructor's argument).
+inline const generation& find_generation(std::string_view name, const settings::setting& from = device_setting) {
   std::array<std::string_view, generations.size()> names{};
   for (std::size_t i = 0; i < generations.size(); ++i) names[i] = generations[i].name;
-  return generations[settings::choice<device_not_available>(device_setting, name, names)];
+  return generations[settings::choice<device_not_available>(from, name, names)];
 }
 
 /// XTPU_MEMORY_FRACTION, checked (0.9 when unset): every chip starts with it.
@@ -390,7 +392,7 @@ inline chip& chip_registry::get(const generation& g, int index) {
 }  // namespace detail
 
 inline device::device(std::string_view generation, int index)
-    : chip_(&detail::chip_registry::instance().get(detail::find_generation(generation), index)) {}
+    : chip_(&detail::chip_registry::instance().get(detail::find_generation(generation, detail::generation_setting), index)) {}
 inline device& device::current() {
   detail::chip* c = detail::current_chip();
   return *(c ? c : &detail::chip_registry::instance().default_chip())->handle;

@@ -1,7 +1,8 @@
 // xtpu/dtype/check.hpp — the named dtype and operand checkers.
 //
 // Provides: xtpu::check::{element, floating, where_mask, cast_target, arithmetic, assign_dtype,
-// operand, index, matmul_dtype, item}. One static_assert each, template parameters named for the reader.
+// operand, index, matmul_dtype, item}. One static_assert each, template parameters named for the reader
+// (matmul_dtype and matmul_result also return whether they hold: detail::well_formed_v).
 // Codes (docs/errors.md):
 //   E201 not an element type   E202 where mask   E203 cast target   E204 arithmetic on bool
 //   E205 assign dtype          E206 operand      E207 index dtype   E304 matmul dtype
@@ -69,16 +70,18 @@ constexpr void index() {
 }
 
 template <class LhsType, class RhsType>
-constexpr void matmul_dtype() {
+constexpr bool matmul_dtype() {
   static_assert(is_floating_v<LhsType> && is_floating_v<RhsType>,
                 "xtpu E304 matmul: operands must be float or xtpu::bf16 (the MXU multiplies bf16)");
+  return is_floating_v<LhsType> && is_floating_v<RhsType>;
 }
 
 template <class Out>
-constexpr void matmul_result() {
+constexpr bool matmul_result() {
   static_assert(std::is_void_v<Out> || std::is_same_v<Out, float> || std::is_same_v<Out, bf16>,
                 "xtpu E305 matmul: the result type must be float or xtpu::bf16 (or void: bf16 for two bf16 "
                 "operands, else float)");
+  return std::is_void_v<Out> || std::is_same_v<Out, float> || std::is_same_v<Out, bf16>;
 }
 
 template <class Shape>

@@ -25,16 +25,55 @@ template <class A, class B>
 using promote_nodes_t =
     typename promote<typename A::value_type, A::weak, typename B::value_type, B::weak>::type;
 
+/// E101 over the operands of an elementwise op, left to right; whether they broadcast.
 template <class S0, class... S>
-constexpr void check_broadcast_all() {
+constexpr bool check_broadcast_all() {
   if constexpr (sizeof...(S) > 0) {
     using Next = std::tuple_element_t<0, std::tuple<S...>>;
-    check::broadcast<S0, Next>();
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      check_broadcast_all<broadcast_t<S0, Next>, std::tuple_element_t<I + 1, std::tuple<S...>>...>();
-    }(std::make_index_sequence<sizeof...(S) - 1>{});
+    const bool here = check::broadcast<S0, Next>();
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return check_broadcast_all<broadcast_t<S0, Next>, std::tuple_element_t<I + 1, std::tuple<S...>>...>();
+    }(std::make_index_sequence<sizeof...(S) - 1>{}) && here;
+  } else {
+    return true;
   }
 }
+
+/// Whether an expression type is free of the errors its ops report themselves (E101 in an
+/// elementwise op, E301–E305 in a matmul), read from the same checkers. An assignment of an
+/// ill-formed one records nothing and checks nothing more (tensor::record), so the op's own
+/// error stands alone rather than opening a cascade in the shape check and the gradient rule.
+template <class E>
+struct well_formed;
+template <class E>
+inline constexpr bool well_formed_v = well_formed<E>::value;
+template <class E>
+constexpr bool own_well_formed(const E*) {
+  return true;
+}
+template <class Op, class... C>
+constexpr bool own_well_formed(const map<Op, C...>*) {
+  return check_broadcast_all<typename C::shape_type...>();
+}
+template <precision Prec, class L, class R, class Out>
+constexpr bool own_well_formed(const matmul_node<Prec, L, R, Out>*) {
+  return check::matmul<typename L::shape_type, typename R::shape_type>() &&
+         check::matmul_dtype<typename L::value_type, typename R::value_type>() && check::matmul_result<Out>();
+}
+template <class... C>
+constexpr bool children_well_formed(const std::tuple<C...>*) {
+  return (well_formed_v<C> && ...);
+}
+template <class E>
+struct well_formed {
+  static constexpr bool value = [] {
+    if constexpr (requires { typename E::children; })
+      return own_well_formed(static_cast<const E*>(nullptr)) &&
+             children_well_formed(static_cast<const typename E::children*>(nullptr));
+    else
+      return own_well_formed(static_cast<const E*>(nullptr));
+  }();
+};
 
 template <class X>
 constexpr void check_operand() {

@@ -6,13 +6,15 @@
 // Layout: each parameter under its reflection name ("fc1.weight", nn::parameter_names), in
 // its own dtype (F32 or BF16); with an optimizer, each state tensor under "optimizer." + its
 // for_each_state name ("optimizer.fc1.weight.exp_avg", F32), and in __metadata__ the format
-// ("xtpu.checkpoint": "1"), "xtpu.step", "xtpu.loader.epoch", "xtpu.loader.batch",
+// ("xtpu.checkpoint": "2"), "xtpu.step", "xtpu.loader.epoch", "xtpu.loader.batch",
 // "xtpu.loader.order" (what loader::describe() said, for loader::resume to check), the
 // optimizer's step counters ("xtpu.optimizer.steps", and per parameter
-// "xtpu.optimizer.step_of" as a JSON list, for Adam's bias correction), and the user's keys as
-// given. xtpu's random numbers are counter-based (a seed and an index, nothing hidden), so the
-// seed and the step are all the random state there is. A run resumed from a checkpoint
-// continues bit for bit (tested).
+// "xtpu.optimizer.step_of" as a JSON list, for Adam's bias correction), each seed stream of
+// the model ("xtpu.rng." + its nn::for_each_stream name: "[seed, position]", a dropout
+// module's), and the user's keys as given. xtpu's random numbers are counter-based (a seed and
+// an index, nothing hidden), so the seeds, their streams' positions and the step are all the
+// random state there is. A run resumed from a checkpoint continues bit for bit (tested, with
+// dropout).
 // Rule: load reads and checks the whole file first — every name the model (and optimizer)
 // has, with its dtype and shape, and no name it lacks — and changes nothing unless all fit.
 // Loading a model alone leaves a file's "optimizer." entries unread (a training checkpoint
@@ -21,9 +23,12 @@
 // value is copied to the device before the first assignment, so an out_of_memory while loading
 // changes nothing (for that moment the old and new values are both held).
 // Errors: checkpoint_error — safetensors_file's; a user key starting with "xtpu."; a layout
-// other than 1; and one message listing every difference:
+// other than 1 or 2 (1: written before seed streams were saved); a stream's value that is not
+// two integers >= 0; and one message listing every difference:
 // `missing fc2.bias; fc1.weight is F32 (512, 784) in the file but BF16 (512, 784) in the
-// model; unexpected head.scale`.
+// model; unexpected head.scale`. Seed streams are state, not weights: each stream of the model
+// the file has is restored, one it lacks keeps its value, and the file's others are ignored
+// (a training checkpoint serves a model without dropout).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +58,7 @@ struct checkpoint_info {
 
 namespace detail {
 inline constexpr const char* optimizer_prefix = "optimizer.";
+inline constexpr const char* stream_prefix = "xtpu.rng.";
 
 template <class T, std::size_t... D>
 std::vector<std::size_t> shape_of(const tensor<T, D...>&) {
@@ -132,11 +138,14 @@ void save_impl(const std::string& path, const Model& model, Opt* opt, const chec
   for (const auto& [k, v] : info.user)
     if (k.rfind("xtpu.", 0) == 0) io::detail::fail(path, "the user key '" + k + "' starts with 'xtpu.', which xtpu's own keys use");
   std::map<std::string, std::string> meta = info.user;
-  meta["xtpu.checkpoint"] = "1";
+  meta["xtpu.checkpoint"] = "2";
   meta["xtpu.step"] = std::to_string(info.step);
   meta["xtpu.loader.epoch"] = std::to_string(info.loader.epoch);
   meta["xtpu.loader.batch"] = std::to_string(info.loader.batch);
   if (!info.loader.order.empty()) meta["xtpu.loader.order"] = info.loader.order;
+  nn::for_each_stream(model, [&](const std::string& name, const auto& stream) {
+    meta[stream_prefix + name] = nlohmann::json::array({stream->seed(), stream->position()}).dump();
+  });
   if constexpr (!std::is_same_v<Opt, void>) {
     opt->for_each_state([&](const std::string& name, auto& t) { out.add(optimizer_prefix + name, t); });
     if constexpr (counts_steps<Opt>) {
@@ -168,17 +177,28 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
     const bool optimizers = t.name.rfind(optimizer_prefix, 0) == 0;  // left alone when no optimizer is given
     if (!expected.count(t.name) && (!optimizers || !std::is_same_v<Opt, void>)) diffs.push_back("unexpected " + t.name);
   }
+  const auto& meta = f.metadata();
+  // a file without xtpu's metadata (a state_dict saved by torch or safetensors): tensors only;
+  // layout 1 was written before seed streams were saved (it has none)
+  const bool ours = meta.count("xtpu.checkpoint") != 0;
+  if (ours && meta.at("xtpu.checkpoint") != "1" && meta.at("xtpu.checkpoint") != "2")
+    io::detail::fail(path, "has layout " + meta.at("xtpu.checkpoint") + " ('xtpu.checkpoint'); this xtpu reads layouts 1 and 2");
+  std::map<std::string, nn::seeds> streams;  // by name: the model's streams the file has
+  nn::for_each_stream(model, [&](const std::string& name, const auto&) {
+    const std::string key = stream_prefix + name;
+    const auto it = meta.find(key);
+    if (it == meta.end()) return;
+    const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions*/ false);
+    if (!j.is_array() || j.size() != 2 || !j[0].is_number_unsigned() || !j[1].is_number_unsigned())
+      io::detail::fail(path, "__metadata__ '" + key + "' is '" + it->second + "', not [seed, position] (two integers >= 0)");
+    streams.emplace(name, nn::seeds(j[0].get<std::uint64_t>(), j[1].get<std::uint64_t>()));
+  });
   if (!diffs.empty()) {
     std::string text;
     for (const auto& d : diffs) text += (text.empty() ? "" : "; ") + d;
     io::detail::fail(path, "does not fit: " + text);
   }
-  const auto& meta = f.metadata();
   checkpoint_info info;
-  // a file without xtpu's metadata (a state_dict saved by torch or safetensors): tensors only
-  const bool ours = meta.count("xtpu.checkpoint") != 0;
-  if (ours && meta.at("xtpu.checkpoint") != "1")
-    io::detail::fail(path, "has layout " + meta.at("xtpu.checkpoint") + " ('xtpu.checkpoint'); this xtpu reads layout 1");
   if (ours) {
     info.step = to_int(int_text(meta, "xtpu.step", path), "xtpu.step", path);
     info.loader.epoch = static_cast<std::uint64_t>(to_int(int_text(meta, "xtpu.loader.epoch", path), "xtpu.loader.epoch", path));
@@ -222,6 +242,9 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
     return *std::static_pointer_cast<typename P::tensor_type>(values.at(name));
   };
   nn::for_each_parameter(model, [&](const std::string& name, auto& p) { p = stored(p, name); });
+  nn::for_each_stream(model, [&](const std::string& name, auto& stream) {  // as steps(): discard_step keeps it
+    if (const auto it = streams.find(name); it != streams.end()) *stream = it->second;
+  });
   if constexpr (!std::is_same_v<Opt, void>) {
     opt->for_each_state([&](const std::string& name, auto& t) { t = stored(t, optimizer_prefix + name); });
     if constexpr (counts_steps<Opt>) {

@@ -2,7 +2,8 @@
 //
 // Provides: xtpu::grad(loss, x...) (the gradients of a one-element floating loss with respect
 // to tensors x..., as a std::tuple of tensors of x's types, recorded as statements of the same
-// step: they fuse, cache and run at mark_step like any other), xtpu::backward(loss) (the same
+// step: they fuse, cache and run at mark_step like any other; a loss that is an expression is
+// recorded as a tensor first, as in backward(loss * 0.5f)), xtpu::backward(loss) (the same
 // walk, its targets every nn::parameter the loss reads: each gradient added to the parameter's
 // grad(); detail::grad_slot is what a parameter shares with its values), xtpu::detach(x) (x's
 // value, with no gradient through it), xtpu::no_grad (a scope whose
@@ -250,13 +251,31 @@ void vjp_entry(step& s, std::uint32_t stmt, const std::shared_ptr<storage>& gt, 
   }
 }
 
+/// E601, the rule of a loss (the one place it and its message live): one floating element.
+template <class Value, class Shape>
+constexpr bool check_loss() {
+  static_assert(Shape::size == 1 && is_floating_v<Value>,
+                "xtpu E601 grad: the loss must be one floating element: reduce it first (sum, mean)");
+  return Shape::size == 1 && is_floating_v<Value>;
+}
+
+/// An expression used as a loss (`backward(loss * 0.5f)`), recorded as a tensor of the step for
+/// the walk to start from; after E601, a stand-in so that nothing else fails to compile.
+template <class Loss>
+auto loss_tensor(const Loss& loss, xtpu::source_location where) {
+  using N = node_t<const Loss&>;
+  if constexpr (check_loss<typename N::value_type, typename N::shape_type>())
+    return tensor_for_t<typename N::value_type, typename N::shape_type>(as_node(loss), where);
+  else
+    return tensor_for_t<float, extents<>>();
+}
+
 /// The walk both grad() and backward() take: checks the loss, marks the statements that depend
 /// on a target, seeds the loss's gradient with 1 and records the gradient statements, last
 /// statement first. The gradient of each target reached is then in grads.
 template <class Loss>
 backward_state backward_begin(const Loss& loss, std::vector<const storage*> targets) {
-  static_assert(Loss::size == 1 && is_floating_v<typename Loss::value_type>,
-                "xtpu E601 grad: the loss must be one floating element: reduce it first (sum, mean)");
+  check_loss<typename Loss::value_type, typename Loss::shape_type>();
   const auto& ls = loss.storage_ptr();
   step& s = step::of(*ls->dev);
   if (ls->owner.load(std::memory_order_acquire) != &s)
@@ -354,6 +373,12 @@ std::tuple<typename X::tensor_type...> grad(const Loss& loss, const X&... x) {
   };
   return {result(static_cast<const typename X::tensor_type&>(x))...};
 }
+/// The same, loss an expression (`grad(sum(w * w), w)`): recorded as a tensor first.
+template <class Loss, class... X>
+  requires(!detail::tensor_like<Loss> && detail::node<Loss> && (detail::tensor_like<X> && ...))
+std::tuple<typename X::tensor_type...> grad(const Loss& loss, const X&... x) {
+  return grad(detail::loss_tensor(loss, xtpu::source_location::current()), x...);
+}
 
 /// Adds the gradient of loss (one floating element, pending in this thread's step) to p.grad()
 /// of every nn::parameter the loss reads that requires it (torch's loss.backward()); recorded
@@ -386,6 +411,13 @@ void backward(const Loss& loss, xtpu::source_location where = xtpu::source_locat
   detail::backward_state state = detail::backward_begin(loss, std::move(targets));
   for (std::size_t i = 0; i < slots.size(); ++i)
     if (auto it = state.grads.find(state.targets[i]); it != state.grads.end()) slots[i]->add(s, *slots[i], it->second);
+}
+/// The same, loss an expression (`backward(loss * 0.5f)`, `backward(sum(err * err))`): recorded
+/// as a tensor of the step first, at `where`.
+template <class Loss>
+  requires(!detail::tensor_like<Loss> && detail::node<Loss>)
+void backward(const Loss& loss, xtpu::source_location where = xtpu::source_location::current()) {
+  backward(detail::loss_tensor(loss, where), where);
 }
 
 }  // namespace xtpu

@@ -116,8 +116,9 @@ inline void sync(const storage& s, const xtpu::source_location& where) {
 
 /// Host and device element types must be the same (E502): xtpu converts on the device, not here.
 template <class Host, class T>
-constexpr void check_host_dtype() {
+constexpr bool check_host_dtype() {
   static_assert(std::is_same_v<Host, T>, "xtpu E502 host: the host element type differs from the tensor's");
+  return std::is_same_v<Host, T>;
 }
 
 template <class Shape>
@@ -242,13 +243,17 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   }
   template <bool Tape, class E>
   static std::shared_ptr<detail::storage> record(const E& e, const xtpu::source_location& where) {
-    detail::vjp_fn vjp = nullptr;  // null: gradients do not flow through (not floating, no tensor, no_grad)
-    if constexpr (detail::differentiable_v<E>) {
-      if constexpr (Tape) vjp = &detail::vjp_entry<E>;
-      else vjp = &detail::rule_not_compiled;
-      if (!detail::grad_enabled()) vjp = nullptr;
+    if constexpr (!detail::well_formed_v<E>) {  // an op's compile error stands alone: no cascade
+      return {};
+    } else {
+      detail::vjp_fn vjp = nullptr;  // null: gradients do not flow through (not floating, no tensor, no_grad)
+      if constexpr (detail::differentiable_v<E>) {
+        if constexpr (Tape) vjp = &detail::vjp_entry<E>;
+        else vjp = &detail::rule_not_compiled;
+        if (!detail::grad_enabled()) vjp = nullptr;
+      }
+      return record_in(detail::step_for(e), e, vjp, where);
     }
-    return record_in(detail::step_for(e), e, vjp, where);
   }
   /// Records `t = e` in step s with rule vjp (the shape and dtype checks of every assignment).
   template <class E>
@@ -473,9 +478,10 @@ template <class T, std::size_t... Dims>
 template <class E>
 tensor<T, Dims...>::tensor(detail::host_array<E>&& h) {
   using U = typename std::remove_cvref_t<E>::value_type;
-  static_assert((detail::check_host_dtype<U, T>(), true));
-  detail::check_host_shape<shape_type>(h.expr.shape());
-  *this = detail::with_row_major<T>(h.expr, [](const T* p) { return detail::host_transfer::from<T, Dims...>(p); });
+  if constexpr (detail::check_host_dtype<U, T>()) {  // (else E502 stands alone)
+    detail::check_host_shape<shape_type>(h.expr.shape());
+    *this = detail::with_row_major<T>(h.expr, [](const T* p) { return detail::host_transfer::from<T, Dims...>(p); });
+  }
 }
 
 /// Prints the values (a sync point): `tensor<f32, 2, 2> {{1, 2}, {3, 4}}`.

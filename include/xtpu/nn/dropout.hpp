@@ -13,7 +13,9 @@
 //       two dropout modules of a model, and two steps, get different masks. It takes one seed
 //       from init's stream: the modules declared after it get other values than in a model
 //       without it. Like a parameter, it belongs to one thread (a call advances its stream;
-//       xtpu::discard_step takes the stream back to where the dropped work found it).
+//       xtpu::discard_step takes the stream back to where the dropped work found it). Its
+//       stream (seed and position) is saved in a checkpoint and restored by io::load, so a
+//       resumed run draws the masks the uninterrupted one would have.
 // Shape rule: x's shape and type. Errors: E201 (x not float or bf16); xtpu::error for p
 // outside [0, 1] or NaN, naming p (nothing recorded).
 #pragma once
@@ -56,6 +58,8 @@ struct dropout_module {
     return dropout(x, p, stream->next());
   }
   void reset_parameters(seeds& s) { *stream = seeds(s.next()); }
+  /// The stream a checkpoint saves and restores (nn::for_each_stream).
+  detail::undoable<seeds>& random_stream() const noexcept { return stream; }
 };
 
 }  // namespace xtpu::nn

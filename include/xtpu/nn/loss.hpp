@@ -40,15 +40,17 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
                             xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
   using LS = typename detail::shape_of<Logits>::type;
-  check::class_labels<LS, typename detail::shape_of<Labels>::type>();
-  constexpr std::size_t classes = LS::dims[LS::rank - 1];
-  const auto y = detail::as_tensor(labels);
-  const detail::tensor_for_t<float, LS> logp = log_softmax<-1>(cast<float>(logits));  // (..., C) f32
-  const auto is_label = one_hot<classes, bool>(y);                                           // (..., C)
-  const auto nll = -sum<-1>(where(is_label, logp, 0.0f));  // picks, so a -inf logit elsewhere stays out
-  const auto smooth = -mean<-1>(where(logp >= -std::numeric_limits<float>::max(), logp, 0.0f));  // finite only
-  const auto keep = y != o.ignore_index;                                                     // (...)
-  return sum(where(keep, nll + o.label_smoothing * (smooth - nll), 0.0f)) / sum(cast<float>(keep));
+  if constexpr (!check::class_labels<LS, typename detail::shape_of<Labels>::type>()) return {};  // E111 alone
+  else {
+    constexpr std::size_t classes = LS::dims[LS::rank - 1];
+    const auto y = detail::as_tensor(labels);
+    const detail::tensor_for_t<float, LS> logp = log_softmax<-1>(cast<float>(logits));  // (..., C) f32
+    const auto is_label = one_hot<classes, bool>(y);                                           // (..., C)
+    const auto nll = -sum<-1>(where(is_label, logp, 0.0f));  // picks, so a -inf logit elsewhere stays out
+    const auto smooth = -mean<-1>(where(logp >= -std::numeric_limits<float>::max(), logp, 0.0f));  // finite only
+    const auto keep = y != o.ignore_index;                                                     // (...)
+    return sum(where(keep, nll + o.label_smoothing * (smooth - nll), 0.0f)) / sum(cast<float>(keep));
+  }
 }
 
 // student (..., C), teacher (..., C) -> ()

@@ -12,6 +12,10 @@
 //                                   module with a reset_parameters(seeds&) member runs it, after
 //                                   its members (nn::linear: Kaiming-uniform), seeds in that order
 //   zero_grad(model), requires_grad(model, bool)
+//   for_each_stream(model, f)       f(name, stream) for every module with a seed stream of its
+//                                   own (random_stream(): nn::dropout_module), named as
+//                                   parameters are ("drop", "blocks.0.dropout1") — what a
+//                                   checkpoint saves besides the tensors
 // Errors: E603 (a model that is not a module: no Hana reflection).
 #pragma once
 
@@ -40,8 +44,11 @@ namespace xtpu::nn {
 /// values depend only on the seed given to init and the order of its parameters.
 class seeds {
  public:
-  explicit seeds(std::uint64_t seed) noexcept : seed_(seed) {}
+  explicit seeds(std::uint64_t seed, std::uint64_t position = 0) noexcept : seed_(seed), count_(position) {}
   std::uint64_t next() noexcept { return detail::mix64(seed_ ^ detail::mix64(++count_)); }
+  /// The stream's whole state: seeds(seed(), position()) hands out what this one would next.
+  std::uint64_t seed() const noexcept { return seed_; }
+  std::uint64_t position() const noexcept { return count_; }
 
  private:
   std::uint64_t seed_;
@@ -68,18 +75,19 @@ auto member_ptr(M* m, Get get) -> decltype(&get(*m)) {
   return m ? &get(*m) : nullptr;
 }
 
-/// Calls f(name, parameter*) for every parameter of *m, name prefixed by `prefix`. m may be a
-/// null M*: the walk then reads the types alone and f gets null pointers (parameter_names).
-template <class M, class F>
-void walk_parameters(M* m, std::string& prefix, F& f) {
+/// The one place a model's names are made: f(name, m) at each node of *m where Stop<U> holds
+/// (m a U*, null in a walk over the types alone); elsewhere down into a std::array's elements
+/// ("name.0") and a Hana-visible struct's members ("name.member"), prefix the name so far.
+template <template <class> class Stop, class M, class F>
+void walk_named(M* m, std::string& prefix, F& f) {
   using U = std::remove_const_t<M>;
-  if constexpr (nn::is_parameter_v<U>) {
+  if constexpr (Stop<U>::value) {
     f(std::as_const(prefix), m);
   } else if constexpr (is_module_array_v<U>) {
     const std::size_t at = prefix.size();
     for (std::size_t i = 0; i < std::tuple_size_v<U>; ++i) {
       prefix += (at ? "." : "") + std::to_string(i);
-      walk_parameters(member_ptr(m, [i](auto& a) -> auto& { return a[i]; }), prefix, f);
+      walk_named<Stop>(member_ptr(m, [i](auto& a) -> auto& { return a[i]; }), prefix, f);
       prefix.resize(at);
     }
   } else if constexpr (is_struct_v<U>) {
@@ -87,10 +95,22 @@ void walk_parameters(M* m, std::string& prefix, F& f) {
       const std::size_t at = prefix.size();
       if (at) prefix += '.';
       prefix += boost::hana::to<const char*>(boost::hana::first(member));
-      walk_parameters(member_ptr(m, [&](auto& o) -> auto& { return boost::hana::second(member)(o); }), prefix, f);
+      walk_named<Stop>(member_ptr(m, [&](auto& o) -> auto& { return boost::hana::second(member)(o); }), prefix, f);
       prefix.resize(at);
     });
   }
+}
+template <class U>
+struct is_parameter_node : std::bool_constant<nn::is_parameter_v<U>> {};
+/// A module with a seed stream of its own (nn::dropout_module): random_stream() gives it.
+template <class U>
+struct has_stream : std::bool_constant<requires(const U& u) { u.random_stream(); }> {};
+
+/// Calls f(name, parameter*) for every parameter of *m, name prefixed by `prefix`. m may be a
+/// null M*: the walk then reads the types alone and f gets null pointers (parameter_names).
+template <class M, class F>
+void walk_parameters(M* m, std::string& prefix, F& f) {
+  walk_named<is_parameter_node>(m, prefix, f);
 }
 
 /// Calls r.reset_parameters(s) for every module r of m that has one, its members first (as
@@ -170,6 +190,16 @@ M init(std::uint64_t seed, xtpu::source_location caller = xtpu::source_location:
   seeds s(seed);
   detail::reset_modules(model, s);
   return model;
+}
+
+/// f(name, stream) for every module of model with a seed stream of its own (nn::dropout_module),
+/// in declaration order; stream is its detail::undoable<seeds> (*stream: the seeds).
+template <class M, class F>
+void for_each_stream(M& model, F&& f) {
+  detail::check_module<std::remove_const_t<M>>();
+  std::string prefix;
+  auto on_stream = [&](const std::string& name, auto* m) { f(name, m->random_stream()); };
+  detail::walk_named<detail::has_stream>(&model, prefix, on_stream);
 }
 
 /// Forgets every parameter's gradient.

@@ -3,7 +3,8 @@
 // Provides: xtpu::check::{extents_valid, broadcast, assign, reshape, axis, permute, transpose,
 // class_labels, norm_parameter, attention, take, gather, matmul, value_dependent_shape}. Each is one static_assert
 // whose template parameters are the shapes involved, so the compiler's
-// "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both.
+// "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both. broadcast,
+// class_labels and matmul also return whether they hold (detail::well_formed_v reads them).
 // Codes (docs/errors.md):
 //   E101 broadcast   E102 assign   E103 reshape   E104 axis   E105 zero extent   E106 rank
 //   E107 permute     E108 transpose   E109 slice   E110 concat   E111 class labels
@@ -29,10 +30,11 @@ constexpr void extents_valid() {
 }
 
 template <class LhsShape, class RhsShape>
-constexpr void broadcast() {
+constexpr bool broadcast() {
   static_assert(detail::broadcastable_v<LhsShape, RhsShape>,
                 "xtpu E101 broadcast: shapes are not compatible (aligned from the right, each "
                 "pair of dims must be equal or one of them 1)");
+  return detail::broadcastable_v<LhsShape, RhsShape>;
 }
 
 template <class... Operands>
@@ -90,11 +92,13 @@ constexpr void concat() {
                 "xtpu E110 concat: operands must have the same rank and the same extents except along the axis");
 }
 
+/// (Returns whether it holds, for a caller to stop at: cross_entropy.)
 template <class LogitsShape, class LabelsShape>
-constexpr void class_labels() {
+constexpr bool class_labels() {
   static_assert(LogitsShape::rank >= 1 && std::is_same_v<detail::reduce_t<LogitsShape, -1>, LabelsShape>,
                 "xtpu E111 labels: the labels must have the logits' shape without the last (class) axis: "
                 "logits (B, C), labels (B)");
+  return LogitsShape::rank >= 1 && std::is_same_v<detail::reduce_t<LogitsShape, -1>, LabelsShape>;
 }
 
 template <class XShape, std::size_t Axis, class IndexShape>
@@ -128,7 +132,7 @@ constexpr void attention() {
 }
 
 template <class LhsShape, class RhsShape>
-constexpr void matmul() {
+constexpr bool matmul() {
   constexpr auto rule = detail::check_matmul<LhsShape, RhsShape>();
   if constexpr (rule == detail::matmul_rule::rank) {
     static_assert(rule != detail::matmul_rule::rank,
@@ -140,6 +144,7 @@ constexpr void matmul() {
     static_assert(rule != detail::matmul_rule::batch,
                   "xtpu E302 matmul: batch dimensions are not broadcastable");
   }
+  return rule == detail::matmul_rule::ok;
 }
 
 }  // namespace xtpu::check
