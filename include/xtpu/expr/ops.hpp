@@ -55,10 +55,17 @@ template <class Op, class... C>
 constexpr bool own_well_formed(const map<Op, C...>*) {
   return check_broadcast_all<typename C::shape_type...>();
 }
+/// A product's own checks (E301-E305), in one place: matmul() reports them, well_formed reads them.
+template <class L, class R, class Out>
+constexpr bool matmul_checks() {
+  const bool shapes = check::matmul<typename L::shape_type, typename R::shape_type>();
+  const bool dtypes = check::matmul_dtype<typename L::value_type, typename R::value_type>();
+  const bool result = check::matmul_result<Out>();
+  return shapes && dtypes && result;
+}
 template <precision Prec, class L, class R, class Out>
 constexpr bool own_well_formed(const matmul_node<Prec, L, R, Out>*) {
-  return check::matmul<typename L::shape_type, typename R::shape_type>() &&
-         check::matmul_dtype<typename L::value_type, typename R::value_type>() && check::matmul_result<Out>();
+  return matmul_checks<L, R, Out>();
 }
 template <class... C>
 constexpr bool children_well_formed(const std::tuple<C...>*) {
@@ -341,9 +348,7 @@ constexpr auto matmul(L&& l, R&& r) {
   using RN = detail::node_t<R>;
   detail::check_operand<L>();
   detail::check_operand<R>();
-  check::matmul<typename LN::shape_type, typename RN::shape_type>();
-  check::matmul_dtype<typename LN::value_type, typename RN::value_type>();
-  check::matmul_result<Out>();
+  detail::matmul_checks<LN, RN, Out>();
   return matmul_node<Prec, LN, RN, Out>{
       {}, {detail::as_node(std::forward<L>(l)), detail::as_node(std::forward<R>(r))}};
 }

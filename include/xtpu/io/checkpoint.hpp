@@ -180,9 +180,10 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
   const auto& meta = f.metadata();
   // a file without xtpu's metadata (a state_dict saved by torch or safetensors): tensors only;
   // layout 1 was written before seed streams were saved (it has none)
-  const bool ours = meta.count("xtpu.checkpoint") != 0;
-  if (ours && meta.at("xtpu.checkpoint") != "1" && meta.at("xtpu.checkpoint") != "2")
-    io::detail::fail(path, "has layout " + meta.at("xtpu.checkpoint") + " ('xtpu.checkpoint'); this xtpu reads layouts 1 and 2");
+  const auto layout = meta.find("xtpu.checkpoint");
+  const bool ours = layout != meta.end();
+  if (ours && layout->second != "1" && layout->second != "2")
+    io::detail::fail(path, "has layout " + layout->second + " ('xtpu.checkpoint'); this xtpu reads layouts 1 and 2");
   std::map<std::string, nn::seeds> streams;  // by name: the model's streams the file has
   nn::for_each_stream(model, [&](const std::string& name, const auto&) {
     const std::string key = stream_prefix + name;
