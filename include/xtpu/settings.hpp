@@ -2,11 +2,12 @@
 //
 // Provides: xtpu::config_error; xtpu::settings::{setting, invalid, integer, real, choice, one_of,
 // from_env}; lazy/step.hpp adds settings::check_environment() (every variable at once).
-// A setting has a name (what `xtpu::...` setters call it), an environment variable and a valid
-// range. Its value — from the environment at start-up, or from a setter — is checked here,
-// and a bad one is one typed error naming the setting, the variable, the bad value and the
-// valid range:
+// A setting has a name (what `xtpu::...` setters call it), an environment variable, its setter
+// and a valid range. Its value — from the environment at start-up, or from a setter — is
+// checked here, and a bad one is one typed error naming where the value came from (the
+// variable, or the setter's call), the bad value, the setting and the valid range:
 //   xtpu: XTPU_NUM_THREADS='0' is not valid for num_threads: expected an integer in [1, 256]
+//   xtpu: xtpu::kernels::set_num_threads(0) is not valid for num_threads: expected an integer in [1, 256]
 // The settings today (docs/settings.md): XTPU_DEVICE, XTPU_MEMORY_FRACTION, XTPU_ISA,
 // XTPU_NUM_THREADS, XTPU_CACHE_SIZE, XTPU_USE_BF16, XTPU_DEBUG (and XTPU_DEBUG_FILE and XTPU_TRACE,
 // paths).
@@ -34,19 +35,28 @@ class config_error : public error {
 
 namespace settings {
 
-/// What a setting is called (by its setter and in the environment) and, for a number, its
-/// valid range [lo, hi] — (lo, hi] with lo_open — the one place that range is written.
+/// What a setting is called (its name, its environment variable, its setter) and, for a
+/// number, its valid range [lo, hi] — (lo, hi] with lo_open — the one place that range is written.
 struct setting {
   std::string_view name, env;
   double lo = 0, hi = 0;
   bool lo_open = false;
+  std::string_view setter = {};  // the function a program calls, if it has one
 };
+
+/// Where a value came from: the environment (or a command line: the setting's `env`), or a
+/// call of the setting's setter.
+enum class source { environment, call };
 
 /// Throws the error for a bad value of `s` (the one place its message is written).
 template <class Error = config_error>
-[[noreturn]] void invalid(const setting& s, std::string_view value, std::string_view valid) {
+[[noreturn]] void invalid(const setting& s, std::string_view value, std::string_view valid,
+                          source from = source::environment) {
   std::ostringstream os;
-  os << "xtpu: " << s.env << "='" << value << "' is not valid for " << s.name << ": expected " << valid;
+  os << "xtpu: ";
+  if (from == source::call && !s.setter.empty()) os << s.setter << "(" << value << ")";
+  else os << s.env << "='" << value << "'";
+  os << " is not valid for " << s.name << ": expected " << valid;
   throw Error(os.str());
 }
 
@@ -72,7 +82,8 @@ inline std::optional<std::string_view> from_env(const setting& s) {
 
 /// An integer in the setting's range, given to a setter.
 inline std::int64_t integer(const setting& s, std::int64_t v) {
-  if (!detail::in_range(s, static_cast<double>(v))) invalid(s, std::to_string(v), detail::range_text(s, true));
+  if (!detail::in_range(s, static_cast<double>(v)))
+    invalid(s, std::to_string(v), detail::range_text(s, true), source::call);
   return v;
 }
 /// An integer in the setting's range from text, all of it ("8x", " 8", "abc" are errors).
@@ -89,7 +100,7 @@ inline double real(const setting& s, double v) {
   if (!detail::in_range(s, v)) {
     std::ostringstream value;
     value << v;
-    invalid(s, value.str(), detail::range_text(s, false));
+    invalid(s, value.str(), detail::range_text(s, false), source::call);
   }
   return v;
 }

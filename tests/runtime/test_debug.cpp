@@ -157,6 +157,24 @@ TEST_F(Debug, ARecompileSaysWhichStatementDiffersAndWhereItWasWritten) {
   EXPECT_EQ(count(out, "Compilation Cause"), 6u) << out;
 }
 
+TEST_F(Debug, TheBf16StorageSettingIsNamedAsTheDifference) {
+  {
+    f48 t = a + b;
+    xtpu::mark_step();
+  }
+  const bool before = xtpu::use_bf16();
+  xtpu::set_use_bf16(true);
+  {
+    f48 t = a + b;
+    xtpu::mark_step();
+  }
+  xtpu::set_use_bf16(before);
+  const std::string out = output();
+  EXPECT_TRUE(has(out, "XTPU_USE_BF16 is on now: float results are stored rounded to bf16, in the cached graph as f32"))
+      << out;
+  EXPECT_EQ(count(out, "Compilation Cause"), 2u) << out;
+}
+
 TEST_F(Debug, NoRecompileAfterThrowsWithTheDifferenceAndLosesNothing) {
   xtpu::no_recompile_after(1);
   {
@@ -209,7 +227,7 @@ TEST_F(Debug, TransferTooFrequentButNotCompiles) {
 
 TEST_F(Debug, LevelIsCheckedAndZeroPrintsNothing) {
   const std::string m = error_message<xtpu::config_error>([] { xtpu::debug::set_level(3); });
-  EXPECT_TRUE(has(m, "XTPU_DEBUG='3' is not valid for debug_level: expected an integer in [0, 2]")) << m;
+  EXPECT_TRUE(has(m, "xtpu::debug::set_level(3) is not valid for debug_level: expected an integer in [0, 2]")) << m;
   xtpu::debug::set_level(0);
   f48 t = a - b;
   xtpu::mark_step();

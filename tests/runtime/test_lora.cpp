@@ -96,4 +96,33 @@ TEST(Lora, TrainingMovesTheAdapterAloneAndTheMergedWeightAgrees) {
   EXPECT_TRUE(all_near(host(y_merged), host(y), 1e-5, 1e-6));
 }
 
+// merged_weight() multiplies B A at the layer's precision (default: bf16 operands, as its
+// forward does); merged_weight<precision::highest>() is the f32 merge.
+TEST(Lora, TheMergedWeightsProductIsAtTheAskedPrecision) {
+  xtpu::nn::lora_linear<In, Out, R> fc;  // precision::default_
+  xtpu::nn::seeds s(5);
+  fc.base.reset_parameters(s);
+  fc.reset_parameters(s);
+  fc.lora_B = xtpu::random::uniform<float, Out, R>(11, -0.5f, 0.5f);  // trained: B is not zero
+  fc.alpha = 3.0f;
+  const tensor<float, Out, In> bf16_merge = fc.merged_weight(), f32_merge = fc.merged_weight<precision::highest>();
+  xtpu::mark_step();
+  const vec w = host(fc.base.weight), a = host(fc.lora_A), b = host(fc.lora_B), got16 = host(bf16_merge),
+            got32 = host(f32_merge);
+  vec want16(Out * In), want32(Out * In);
+  for (std::size_t o = 0; o < Out; ++o)
+    for (std::size_t i = 0; i < In; ++i) {
+      double ba16 = 0, ba32 = 0;
+      for (std::size_t k = 0; k < R; ++k) {
+        ba16 += mxu(static_cast<float>(b[o * R + k])) * mxu(static_cast<float>(a[k * In + i]));
+        ba32 += b[o * R + k] * a[k * In + i];
+      }
+      want16[o * In + i] = w[o * In + i] + ba16 * 3.0 / R;
+      want32[o * In + i] = w[o * In + i] + ba32 * 3.0 / R;
+    }
+  EXPECT_TRUE(all_near(got16, want16, 1e-6, 1e-6));
+  EXPECT_TRUE(all_near(got32, want32, 1e-6, 1e-6));
+  EXPECT_FALSE(all_near(got16, want32, 1e-6, 1e-6)) << "the default merge rounds A and B";
+}
+
 }  // namespace

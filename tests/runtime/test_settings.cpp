@@ -2,6 +2,8 @@
 // (the first tensor or step), naming the variable, the value and the valid range; setters
 // check the same ranges. Each environment case runs in a fresh process (a death test in
 // "threadsafe" style re-executes this binary), since settings are read once per process.
+#include "files.hpp"
+
 #include <xtpu/xtpu.hpp>
 
 #include <gtest/gtest.h>
@@ -87,6 +89,12 @@ TEST_F(Settings, Device) {
 TEST_F(Settings, SettersCheckTheSameRanges) {
   const int threads = xtpu::kernels::num_threads();
   EXPECT_THROW(xtpu::kernels::set_num_threads(0), xtpu::config_error);
+  // a setter's error names the call, not a variable the program never set
+  EXPECT_EQ(xtpu_test::error_message<xtpu::config_error>([] { xtpu::kernels::set_num_threads(0); }),
+            "xtpu: xtpu::kernels::set_num_threads(0) is not valid for num_threads: expected an integer in [1, 256]");
+  EXPECT_EQ(xtpu_test::error_message<xtpu::config_error>([] { xtpu::lazy::set_plan_cache_capacity(0); }),
+            "xtpu: xtpu::lazy::set_plan_cache_capacity(0) is not valid for plan_cache_capacity: expected an integer in "
+            "[1, 1000000]");
   EXPECT_THROW(xtpu::kernels::set_num_threads(xtpu::kernels::max_threads + 1), xtpu::config_error);
   EXPECT_EQ(xtpu::kernels::num_threads(), threads);
   auto& dev = xtpu::device::current();
@@ -95,7 +103,8 @@ TEST_F(Settings, SettersCheckTheSameRanges) {
     dev.set_memory_fraction(2.0);
     ADD_FAILURE() << "expected config_error";
   } catch (const xtpu::config_error& e) {
-    EXPECT_STREQ(e.what(), "xtpu: XTPU_MEMORY_FRACTION='2' is not valid for memory_fraction: expected a number in (0, 1]");
+    EXPECT_STREQ(e.what(),
+                 "xtpu: xtpu::device::set_memory_fraction(2) is not valid for memory_fraction: expected a number in (0, 1]");
   }
   EXPECT_EQ(dev.memory_fraction(), fraction);
   EXPECT_THROW(xtpu::lazy::set_plan_cache_capacity(0), xtpu::config_error);

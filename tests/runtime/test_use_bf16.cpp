@@ -88,6 +88,69 @@ TEST(UseBf16, MatmulsReductionsAndMultiOutputLoopsStoreBf16) {
   for (const auto& t : {host(y), host(z), host(s), host(total), host(p), host(m), host(v)}) EXPECT_TRUE(all_bf16(t));
 }
 
+/// m = a·b and z = 3 (a·b) in one step, then z alone in a step of its own: z's product is the
+/// f32 one inside its statement either way.
+struct product_twice {
+  tensor<float, 48, 40> m, z, z_alone;
+};
+template <std::size_t K>
+product_twice products(const tensor<float, 48, K>& a, const tensor<float, K, 40>& b) {
+  product_twice r;
+  r.m = xtpu::matmul(a, b);
+  r.z = xtpu::matmul(a, b) * 3.0f;
+  xtpu::mark_step();
+  r.z_alone = xtpu::matmul(a, b) * 3.0f;
+  xtpu::mark_step();
+  return r;
+}
+
+// A stored result is rounded; the same subexpression inside another statement is not: common
+// subexpressions must not hand the rounded value to a statement that computes in f32, nor let a
+// row loop write its own (f32) copy of a reduction into the stored one.
+TEST(UseBf16, AStoredResultDoesNotStandInForAnF32Temporary) {
+  bf16_storage on(true);
+  auto a = device<float, 48, 56>(values(48 * 56, 7));
+  auto b = device<float, 56, 40>(values(56 * 40, 8));
+  const auto [m, z, z_alone] = products(a, b);
+  EXPECT_TRUE(all_bf16(host(m)));
+  EXPECT_EQ(host(z), host(z_alone));
+
+  auto x = device<float, 64, 70>(values(64 * 70, 9, 4.0f));
+  tensor<float, 64> s = xtpu::sum<1>(x);
+  tensor<float, 64, 70> y = x / xtpu::sum<1>(x, xtpu::keepdim);  // a row loop with the same sum
+  xtpu::mark_step();
+  tensor<float, 64> s_alone = xtpu::sum<1>(x);
+  tensor<float, 64, 70> y_alone = x / xtpu::sum<1>(x, xtpu::keepdim);
+  xtpu::mark_step();
+  EXPECT_TRUE(all_bf16(host(s)));
+  EXPECT_EQ(host(s), host(s_alone));
+  EXPECT_EQ(host(y), host(y_alone));
+}
+
+// The setting is part of the step's key: the same two steps compiled with it off (where m's
+// product is z's) compile again with it on (K = 57: shapes no other test compiles).
+TEST(UseBf16, TheSettingIsPartOfTheStepKey) {
+  auto a = device<float, 48, 57>(values(48 * 57, 10));
+  auto b = device<float, 57, 40>(values(57 * 40, 11));
+  a = a + 0.0f, b = b + 0.0f;  // the operands as bf16 stores them, for both halves
+  {
+    bf16_storage on(true);
+    xtpu::mark_step();
+  }
+  bf16_storage off(false);
+  products(a, b);
+  auto before = xtpu::metrics::counter("UncachedCompile");
+  const auto f32 = products(a, b);
+  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), before) << "the two steps are cached";
+  EXPECT_EQ(host(f32.z), host(f32.z_alone));
+  xtpu::set_use_bf16(true);
+  before = xtpu::metrics::counter("UncachedCompile");
+  const auto [m, z, z_alone] = products(a, b);
+  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), before + 2) << "both steps compile again";
+  EXPECT_EQ(host(z), host(z_alone));
+  EXPECT_NE(host(z), host(f32.z));
+}
+
 TEST(UseBf16, Int32KeepsItsBitsAndOffStoresF32Again) {
   bf16_storage on(true);
   auto i = xtpu::full<std::int32_t, 8>(16777217);

@@ -73,7 +73,8 @@ inline std::string format_bytes(std::uint64_t b) {
   return os.str();
 }
 inline constexpr settings::setting device_setting{"device", "XTPU_DEVICE"};
-inline constexpr settings::setting fraction_setting{"memory_fraction", "XTPU_MEMORY_FRACTION", 0.0, 1.0, /*lo_open*/ true};
+inline constexpr settings::setting fraction_setting{"memory_fraction", "XTPU_MEMORY_FRACTION", 0.0, 1.0, /*lo_open*/ true,
+                                                    "xtpu::device::set_memory_fraction"};
 /// Chips per generation a process may name: indices [0, max_chips).
 inline constexpr int max_chips = 256;
 inline constexpr settings::setting chip_index_setting{"chip index", "xtpu::device(generation, index)"};

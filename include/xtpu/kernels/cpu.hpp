@@ -85,17 +85,19 @@ inline const cpu_features& features() noexcept {
   return f;
 }
 
-inline constexpr settings::setting isa_setting{"isa", "XTPU_ISA"};
-inline constexpr settings::setting threads_setting{"num_threads", "XTPU_NUM_THREADS", 1, max_threads};
+inline constexpr settings::setting isa_setting{"isa", "XTPU_ISA", 0, 0, false, "xtpu::kernels::set_isa"};
+inline constexpr settings::setting threads_setting{"num_threads", "XTPU_NUM_THREADS", 1, max_threads, false,
+                                                   "xtpu::kernels::set_num_threads"};
 inline constexpr std::array<isa, 4> all_isas{isa::scalar, isa::avx2, isa::avx512, isa::avx512bf16};
 
 /// i, if this CPU runs it; else the setting's error, listing the paths it does run.
-inline isa require_supported(isa i) {
+inline isa require_supported(isa i, settings::source from = settings::source::environment) {
   if (!supported(i)) {
     std::vector<std::string_view> ok;
     for (isa j : all_isas)
       if (supported(j)) ok.push_back(isa_name(j));
-    settings::invalid(isa_setting, isa_name(i), settings::one_of(ok) + " (the paths this CPU runs)");
+    const std::string value = (from == settings::source::call ? "isa::" : "") + std::string(isa_name(i));
+    settings::invalid(isa_setting, value, settings::one_of(ok) + " (the paths this CPU runs)", from);
   }
   return i;
 }
@@ -154,7 +156,9 @@ inline bool supported(isa i) noexcept {
 /// The path matmuls run on (XTPU_ISA, else best_isa: the fastest for this CPU).
 inline isa active_isa() { return detail::require_supported(static_cast<isa>(detail::isa_cell().load())); }
 /// Forces a path (what XTPU_ISA does at start-up); config_error if the CPU cannot run it.
-inline void set_isa(isa i) { detail::isa_cell().store(static_cast<int>(detail::require_supported(i))); }
+inline void set_isa(isa i) {
+  detail::isa_cell().store(static_cast<int>(detail::require_supported(i, settings::source::call)));
+}
 
 /// Threads a matmul may use (XTPU_NUM_THREADS, else all cores).
 inline int num_threads() { return detail::threads_cell().load(); }

@@ -94,6 +94,7 @@ struct plan {
   std::size_t leaf_slots = 0;    // leaves of all live statements
   std::size_t arena_bytes = 0;
   std::size_t n_statements = 0;  // recorded, dead ones included
+  bool round_bf16 = false;       // XTPU_USE_BF16 when compiled: a float output is stored rounded to bf16
   mxu::cost mxu;                 // the cycle model of every matmul the plan runs, on the device's generation
 };
 
@@ -129,6 +130,7 @@ struct step_view {
   const std::vector<char>& donatable;                    // per external tensor
   const std::vector<std::uint64_t>& external_bytes;      // per external tensor
   const generation& device;
+  bool round_bf16;  // XTPU_USE_BF16: a float output is stored rounded, so it is not its value in f32
 };
 
 /// Builds a plan from a step, one named pass after the other (see the top of this file).
@@ -137,6 +139,7 @@ class planner {
   explicit planner(const step_view& in)
       : in_(in), root_value_(in.stmts.size(), 0), kv_(in.stmts.size()), external_last_(in.donatable.size(), 0) {
     p_.n_statements = in.stmts.size();
+    p_.round_bf16 = in.round_bf16;
   }
 
   plan build() {
@@ -160,10 +163,12 @@ class planner {
   }
 
   /// 2. Common subexpressions and lifetimes. A value is keyed by its structure, its inputs and
-  /// its scalars' slots (never their values): a new learning rate reuses the plan.
+  /// its scalars' slots (never their values): a new learning rate reuses the plan. Under
+  /// XTPU_USE_BF16 a float statement's result is stored rounded: keyed as such, it stands in
+  /// for the same result of a later statement (rounded alike), never for a temporary (f32).
   void number_values() {
     constexpr std::uint64_t ext_tag = std::uint64_t{2} << 60, val_tag = std::uint64_t{1} << 60,
-                            scalar_tag = std::uint64_t{3} << 60;
+                            scalar_tag = std::uint64_t{3} << 60, stored_bf16_tag = std::uint64_t{4} << 60;
     std::map<std::vector<std::uint64_t>, std::uint32_t> numbering;  // structure + inputs -> value
     for (std::size_t pos = 0; pos < live_.size(); ++pos) {
       const std::size_t s = live_[pos];
@@ -182,6 +187,7 @@ class planner {
           }
           for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kv_[s][t].v);
           for (std::uint32_t c = kd.scalar_begin; c < kd.scalar_end; ++c) key.push_back(scalar_tag | scalar_code(st, c));
+          if (root && in_.round_bf16 && kd.f32) key.push_back(stored_bf16_tag);
           auto [it, inserted] = numbering.try_emplace(std::move(key), v);
           fresh = inserted;
           v = it->second;

@@ -6,10 +6,11 @@
 // statement_text and recorded_at (statements by the lines that recorded them) and
 // differences (the lines XTPU_DEBUG and the strict mode print: which statement, which
 // op/dtype/shape, which operand's wiring, which result kept or dropped, which input donated,
-// which device).
+// which storage setting, which device).
 // The signature is laid out by lazy/step.hpp (record_erased, compiled): per statement its
 // fingerprint, a wiring code per leaf, a slot code per scalar; then (from the sketch's `tail`)
-// the liveness bits (64 a word), the donation bits, the chip.
+// the liveness bits (64 a word), the donation bits, whether float results are stored as bf16
+// (XTPU_USE_BF16), the chip.
 // Errors: none (text only).
 #pragma once
 
@@ -141,6 +142,10 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
   };
   const std::size_t to = old.tail, tn = now.tail;
   if (so.back() != sn.back()) say("it runs on another device (a plan is compiled for one chip)");
+  if (so[so.size() - 2] != sn[sn.size() - 2])
+    say(std::string("XTPU_USE_BF16 is ") + (sn[sn.size() - 2] ? "on" : "off") +
+        " now: float results are stored " + (sn[sn.size() - 2] ? "rounded to bf16" : "as f32") + ", in the cached graph " +
+        (so[so.size() - 2] ? "rounded to bf16" : "as f32"));
   const std::size_t n_old = old.stmts.size(), n_new = now.stmts.size(), n = std::min(n_old, n_new);
   if (recompile_detail::equal_statements(old, so, now, sn) == 0 && std::max(n_old, n_new) > 1) {
     diff.unrelated = true;

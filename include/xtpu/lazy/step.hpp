@@ -12,7 +12,7 @@
 // fingerprint, its captured leaves and scalars, and the wiring of each leaf (an external
 // tensor, numbered by first appearance, or the output of an earlier statement of this step).
 // mark_step() runs each of the thread's steps as one unit (a sync runs the step of the chip it
-// reads): its key is the fingerprints + wiring + which outputs are still alive + the chip; a
+// reads): its key is the fingerprints + wiring + which outputs are still alive + XTPU_USE_BF16 + the chip; a
 // miss builds the plan once (lazy/plan.hpp's passes: dead statements dropped, common
 // subexpressions computed once across statements, matmul epilogues fused, temps packed into
 // one arena by lifetime) and times it as CompileTime; a hit only binds buffers and scalars.
@@ -257,7 +257,8 @@ class plan_cache {
     capacity_ = static_cast<std::size_t>(checked);
     trim();
   }
-  static constexpr settings::setting cache_setting{"plan_cache_capacity", "XTPU_CACHE_SIZE", 1, 1'000'000};
+  static constexpr settings::setting cache_setting{"plan_cache_capacity", "XTPU_CACHE_SIZE", 1, 1'000'000, false,
+                                                   "xtpu::lazy::set_plan_cache_capacity"};
   void clear() {
     std::lock_guard lock(mu_);
     lru_.clear();
@@ -503,6 +504,8 @@ class step {
     append_bits(stmts_.size(), [&](std::size_t i) { return outputs_[i] != nullptr; });
     const std::size_t donation = signature_.size();
     append_bits(n_external_, [&](std::size_t x) { return donatable_[x] != 0; });
+    const bool round_bf16 = xtpu::use_bf16();
+    signature_.push_back(round_bf16);       // stored f32 values rounded: other values, another plan
     signature_.push_back(chip_->serial());  // a plan is compiled for one device, as XLA's are
     const std::uint64_t key = plan_key(signature_);
 
@@ -528,7 +531,7 @@ class step {
       time_sample t{c.compile_time};
       trace::detail::span traced("compile", "compile", trace_pid());
       p = std::make_shared<const plan>(
-          planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, chip_->spec()}).build());
+          planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, chip_->spec(), round_bf16}).build());
     }
     cache.insert(key, signature_, p, std::move(sketch));
     c.uncached.add();
@@ -738,7 +741,7 @@ class step {
     for (std::size_t i = 0; i < p.stmts.size(); ++i) output(p, i).buffer = std::move(buffers[i]);
     buffers.clear();
     // 2. run, statement by statement (a multi-output loop: its statements block by block)
-    round_bf16_ = xtpu::use_bf16();
+    round_bf16_ = p.round_bf16;
     leaf_ptrs_.resize(p.leaf_slots);
     leaf_versions_.resize(p.leaf_slots);
     temp_ptrs_.resize(p.temps.size());
@@ -910,7 +913,7 @@ class step {
   std::vector<bound> bounds_;                        // per live statement
   std::vector<void*> group_out_;
   std::vector<char> group_round_;  // group statement j's float output is rounded to bf16 block by block
-  bool round_bf16_ = false;        // XTPU_USE_BF16, read once per step
+  bool round_bf16_ = false;        // the running plan's XTPU_USE_BF16 (when it was compiled)
   std::vector<void (*)(const bound&, void*, std::size_t, std::size_t)> group_run_;
   std::vector<std::uint32_t> ext_refs_;            // per external tensor: the step's leaves holding it
   std::vector<std::uint64_t> external_bytes_;      // per external tensor

@@ -82,7 +82,7 @@ struct graph_info {
 
 namespace detail {
 
-inline constexpr settings::setting level_setting{"debug_level", "XTPU_DEBUG", 0, 2};
+inline constexpr settings::setting level_setting{"debug_level", "XTPU_DEBUG", 0, 2, false, "xtpu::debug::set_level"};
 
 inline std::atomic<int>& level_cell() {
   static std::atomic<int> cell{[] {

@@ -9,7 +9,8 @@
 // y = base(x) + (x A^T) B^T · alpha / Rank. Names: "base.weight", "base.bias", "lora_A", "lora_B"
 // (PEFT's "base_layer.weight", "lora_A.default.weight", "lora_B.default.weight").
 // merged_weight() is W + B A · alpha / Rank, the (Out, In) weight of the merged layer (PEFT's
-// merge_and_unload), an expression.
+// merge_and_unload), an expression; B A is a matmul at the layer's Prec (the default: bf16
+// operands, as the forward's), merged_weight<precision::highest>() the f32 product.
 // Shape rule: x (..., In) -> (..., Out), as linear. Errors: those of matmul (E301 when x's last
 // extent is not In); Rank 0 is E105 (a zero extent).
 #pragma once
@@ -36,9 +37,10 @@ struct lora_linear {
     return detail::as_tensor(base(x) + matmul<Prec>(low, transpose(lora_B)) * (alpha / static_cast<float>(Rank)));
   }
 
-  /// W + B A · alpha / Rank: (Out, In), the weight a merged linear would have.
+  /// W + B A · alpha / Rank: (Out, In), the weight a merged linear would have; B A at precision P.
+  template <precision P = Prec>
   auto merged_weight() const {
-    return base.weight + matmul<Prec>(lora_B, lora_A) * (alpha / static_cast<float>(Rank));
+    return base.weight + matmul<P>(lora_B, lora_A) * (alpha / static_cast<float>(Rank));
   }
 
   /// After base's own init: A as a linear's weight, B zeros, base frozen.
