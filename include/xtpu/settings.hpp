@@ -95,12 +95,13 @@ inline std::int64_t integer(const setting& s, std::string_view text) {
   return v;
 }
 
-/// A real number in the setting's range, given to a setter.
+/// A real number in the setting's range, given to a setter (shown as its shortest exact text:
+/// 1.0000001, not 1).
 inline double real(const setting& s, double v) {
   if (!detail::in_range(s, v)) {
-    std::ostringstream value;
-    value << v;
-    invalid(s, value.str(), detail::range_text(s, false), source::call);
+    char text[32];
+    const auto end = std::to_chars(text, text + sizeof text, v).ptr;
+    invalid(s, std::string_view(text, static_cast<std::size_t>(end - text)), detail::range_text(s, false), source::call);
   }
   return v;
 }

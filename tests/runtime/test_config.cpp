@@ -64,8 +64,14 @@ TEST_F(Config, ApplySetsEveryKnob) {
   EXPECT_TRUE(has(c.text(), "plan_cache          77\n")) << c.text();
   EXPECT_TRUE(has(c.text(), "no_recompile_after  0 steps\n")) << c.text();
   c.memory_fraction = 2;  // out of (0, 1]: the setter's error, naming it
-  const std::string m = error_message<xtpu::config_error>([&] { c.apply(); });
-  EXPECT_TRUE(has(m, "is not valid for memory_fraction: expected a number in (0, 1]")) << m;
+  std::string m = error_message<xtpu::config_error>([&] { c.apply(); });
+  EXPECT_TRUE(has(m, "xtpu::device::set_memory_fraction(2) is not valid for memory_fraction: expected a number in (0, 1]"))
+      << m;
+  c.memory_fraction = 0.5;
+  c.isa = "bogus";  // a path named in code: the field's error, not XTPU_ISA's
+  m = error_message<xtpu::config_error>([&] { c.apply(); });
+  EXPECT_TRUE(has(m, "xtpu: xtpu::config::isa='bogus' is not valid for isa: expected one of scalar, avx2, avx512, "
+                     "avx512bf16")) << m;
 }
 
 TEST_F(Config, DeviceInfoAndMemoryStats) {

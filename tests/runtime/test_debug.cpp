@@ -162,15 +162,18 @@ TEST_F(Debug, TheBf16StorageSettingIsNamedAsTheDifference) {
     f48 t = a + b;
     xtpu::mark_step();
   }
-  const bool before = xtpu::use_bf16();
-  xtpu::set_use_bf16(true);
   {
+    struct bf16_storage {  // on for this step, off again whatever happens
+      bool before = xtpu::use_bf16();
+      bf16_storage() { xtpu::set_use_bf16(true); }
+      ~bf16_storage() { xtpu::set_use_bf16(before); }
+    } on;
     f48 t = a + b;
     xtpu::mark_step();
   }
-  xtpu::set_use_bf16(before);
   const std::string out = output();
-  EXPECT_TRUE(has(out, "XTPU_USE_BF16 is on now: float results are stored rounded to bf16, in the cached graph as f32"))
+  EXPECT_TRUE(has(out, "use_bf16 (XTPU_USE_BF16, xtpu::set_use_bf16) is on now: float results are stored rounded to "
+                       "bf16, in the cached graph as f32"))
       << out;
   EXPECT_EQ(count(out, "Compilation Cause"), 2u) << out;
 }

@@ -106,6 +106,13 @@ TEST_F(Settings, SettersCheckTheSameRanges) {
     EXPECT_STREQ(e.what(),
                  "xtpu: xtpu::device::set_memory_fraction(2) is not valid for memory_fraction: expected a number in (0, 1]");
   }
+  try {  // the value as given, not rounded to 6 digits
+    dev.set_memory_fraction(1.0000001);
+    ADD_FAILURE() << "expected config_error";
+  } catch (const xtpu::config_error& e) {
+    EXPECT_STREQ(e.what(), "xtpu: xtpu::device::set_memory_fraction(1.0000001) is not valid for memory_fraction: expected "
+                           "a number in (0, 1]");
+  }
   EXPECT_EQ(dev.memory_fraction(), fraction);
   EXPECT_THROW(xtpu::lazy::set_plan_cache_capacity(0), xtpu::config_error);
   EXPECT_NO_THROW(xtpu::lazy::set_plan_cache_capacity(1024));

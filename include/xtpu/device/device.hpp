@@ -489,9 +489,10 @@ inline void set_use_bf16(bool on) { detail::use_bf16_cell().store(on, std::memor
 
 namespace detail {
 /// HBM charged for a buffer of `bytes` holding float values (is_float) or others: half under
-/// use_bf16 for float — the one rule tensors and step outputs allocate by.
-inline std::size_t hbm_charge(std::size_t bytes, bool is_float) {
-  return is_float && use_bf16() ? bytes / 2 : bytes;
+/// use_bf16 (`bf16`: now, or when a step's plan was compiled) for float — the one rule tensors
+/// and step outputs allocate by.
+inline std::size_t hbm_charge(std::size_t bytes, bool is_float, bool bf16 = use_bf16()) {
+  return is_float && bf16 ? bytes / 2 : bytes;
 }
 }  // namespace detail
 

@@ -85,27 +85,30 @@ inline const cpu_features& features() noexcept {
   return f;
 }
 
-inline constexpr settings::setting isa_setting{"isa", "XTPU_ISA", 0, 0, false, "xtpu::kernels::set_isa"};
-inline constexpr settings::setting threads_setting{"num_threads", "XTPU_NUM_THREADS", 1, max_threads, false,
-                                                   "xtpu::kernels::set_num_threads"};
+inline constexpr settings::setting isa_setting{.name = "isa", .env = "XTPU_ISA", .setter = "xtpu::kernels::set_isa"};
+inline constexpr settings::setting threads_setting{
+    .name = "num_threads", .env = "XTPU_NUM_THREADS", .lo = 1, .hi = max_threads, .setter = "xtpu::kernels::set_num_threads"};
 inline constexpr std::array<isa, 4> all_isas{isa::scalar, isa::avx2, isa::avx512, isa::avx512bf16};
 
-/// i, if this CPU runs it; else the setting's error, listing the paths it does run.
-inline isa require_supported(isa i, settings::source from = settings::source::environment) {
+/// i, if this CPU runs it; else the error of setting `as` (XTPU_ISA, or a config's field) or of
+/// set_isa's call, listing the paths it does run.
+inline isa require_supported(isa i, const settings::setting& as = isa_setting,
+                             settings::source from = settings::source::environment) {
   if (!supported(i)) {
     std::vector<std::string_view> ok;
     for (isa j : all_isas)
       if (supported(j)) ok.push_back(isa_name(j));
     const std::string value = (from == settings::source::call ? "isa::" : "") + std::string(isa_name(i));
-    settings::invalid(isa_setting, value, settings::one_of(ok) + " (the paths this CPU runs)", from);
+    settings::invalid(as, value, settings::one_of(ok) + " (the paths this CPU runs)", from);
   }
   return i;
 }
 
-inline isa parse_isa(std::string_view s) {
+/// A path by name, as setting `as` gives it.
+inline isa parse_isa(std::string_view s, const settings::setting& as = isa_setting) {
   std::array<std::string_view, all_isas.size()> names{};
   for (std::size_t i = 0; i < all_isas.size(); ++i) names[i] = isa_name(all_isas[i]);
-  return require_supported(all_isas[settings::choice(isa_setting, s, names)]);
+  return require_supported(all_isas[settings::choice(as, s, names)], as);
 }
 
 /// The default path: the fastest the CPU has. The two AVX-512 paths are bit-identical and
@@ -157,7 +160,7 @@ inline bool supported(isa i) noexcept {
 inline isa active_isa() { return detail::require_supported(static_cast<isa>(detail::isa_cell().load())); }
 /// Forces a path (what XTPU_ISA does at start-up); config_error if the CPU cannot run it.
 inline void set_isa(isa i) {
-  detail::isa_cell().store(static_cast<int>(detail::require_supported(i, settings::source::call)));
+  detail::isa_cell().store(static_cast<int>(detail::require_supported(i, detail::isa_setting, settings::source::call)));
 }
 
 /// Threads a matmul may use (XTPU_NUM_THREADS, else all cores).

@@ -51,6 +51,7 @@ struct config {
 
   static constexpr std::string_view presets[] = {"quick_test", "development", "training", "inference"};
   static constexpr settings::setting preset_setting{"preset", "--preset"};
+  static constexpr settings::setting isa_field{"isa", "xtpu::config::isa"};  // a path named in code
 
   /// The seeds' modes (see the header comment); config_error for another name.
   static config preset(std::string_view name) {
@@ -96,7 +97,7 @@ struct config {
     set_use_bf16(use_bf16);
     lazy::set_plan_cache_capacity(plan_cache);
     kernels::set_num_threads(num_threads == 0 ? kernels::detail::default_threads() : num_threads);
-    kernels::set_isa(isa.empty() ? kernels::detail::best_isa() : kernels::detail::parse_isa(isa));
+    kernels::set_isa(isa.empty() ? kernels::detail::best_isa() : kernels::detail::parse_isa(isa, isa_field));
     debug::set_level(debug);
     debug::set_file(debug_file);
     if (!trace.empty()) trace::start(trace);

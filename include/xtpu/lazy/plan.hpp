@@ -96,6 +96,9 @@ struct plan {
   std::size_t n_statements = 0;  // recorded, dead ones included
   bool round_bf16 = false;       // XTPU_USE_BF16 when compiled: a float output is stored rounded to bf16
   mxu::cost mxu;                 // the cycle model of every matmul the plan runs, on the device's generation
+  /// Whether a statement whose root is `root` stores its result rounded to bf16 — the one rule
+  /// the passes (common subexpressions) and the run (the stores, their HBM charge) follow.
+  bool rounds(const kernel_desc& root) const noexcept { return round_bf16 && root.f32; }
 };
 
 struct time_sample {
@@ -187,7 +190,7 @@ class planner {
           }
           for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kv_[s][t].v);
           for (std::uint32_t c = kd.scalar_begin; c < kd.scalar_end; ++c) key.push_back(scalar_tag | scalar_code(st, c));
-          if (root && in_.round_bf16 && kd.f32) key.push_back(stored_bf16_tag);
+          if (root && p_.rounds(kd)) key.push_back(stored_bf16_tag);
           auto [it, inserted] = numbering.try_emplace(std::move(key), v);
           fresh = inserted;
           v = it->second;
@@ -453,6 +456,7 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts, cons
   const std::size_t live = p.stmts.size();
   os << "plan: " << p.n_statements << " statements, " << live << " live, " << p.n_statements - live << " dead; "
      << p.ops.size() << " ops; arena " << format_bytes(p.arena_bytes);
+  if (p.round_bf16) os << "; float results stored as bf16";
   if (p.mxu.cycles) {
     std::ostringstream u;
     u.setf(std::ios::fixed);

@@ -12,7 +12,8 @@
 // fingerprint, its captured leaves and scalars, and the wiring of each leaf (an external
 // tensor, numbered by first appearance, or the output of an earlier statement of this step).
 // mark_step() runs each of the thread's steps as one unit (a sync runs the step of the chip it
-// reads): its key is the fingerprints + wiring + which outputs are still alive + XTPU_USE_BF16 + the chip; a
+// reads): its key is the fingerprints + wiring + which outputs are still alive + which inputs
+// may be overwritten in place + XTPU_USE_BF16 + the chip; a
 // miss builds the plan once (lazy/plan.hpp's passes: dead statements dropped, common
 // subexpressions computed once across statements, matmul epilogues fused, temps packed into
 // one arena by lifetime) and times it as CompileTime; a hit only binds buffers and scalars.
@@ -494,8 +495,8 @@ class step {
   }
 
   /// The plan of what is pending, from the cache or built now (holding the live outputs in
-  /// outputs_ and appending the liveness and donation words and the chip to signature_; the
-  /// caller undoes both). `why`: what runs the step (null: explain(), which runs nothing) —
+  /// outputs_ and appending the liveness and donation words and the trailer — bf16 storage,
+  /// the chip — to signature_; the caller undoes both). `why`: what runs the step (null: explain(), which runs nothing) —
   /// a compile is then reported (XTPU_DEBUG) and checked against no_recompile_after.
   std::shared_ptr<const plan> compiled(counters& c, const debug::trigger* why) {
     hold_live_outputs();
@@ -505,8 +506,7 @@ class step {
     const std::size_t donation = signature_.size();
     append_bits(n_external_, [&](std::size_t x) { return donatable_[x] != 0; });
     const bool round_bf16 = xtpu::use_bf16();
-    signature_.push_back(round_bf16);       // stored f32 values rounded: other values, another plan
-    signature_.push_back(chip_->serial());  // a plan is compiled for one device, as XLA's are
+    append_trailer(signature_, round_bf16, chip_->serial());
     const std::uint64_t key = plan_key(signature_);
 
     auto& cache = plan_cache::instance();
@@ -712,7 +712,7 @@ class step {
     for (const auto& sp : p.stmts) {
       const statement& st = stmts_[sp.stmt];
       const kernel_desc& kd = st.kernels[st.n_kernels - 1];
-      const std::size_t charge = hbm_charge(kd.bytes, kd.f32);
+      const std::size_t charge = hbm_charge(kd.bytes, kd.f32, p.round_bf16);
       // an input's buffer is taken when the loop runs — if it carries the charge this output
       // would (a float buffer made under use_bf16 does not become an int32 output's)
       if (sp.donor >= 0 && leaves_[st.leaf_begin + static_cast<std::uint32_t>(sp.donor)]->buffer.charged() == charge) {
@@ -741,7 +741,6 @@ class step {
     for (std::size_t i = 0; i < p.stmts.size(); ++i) output(p, i).buffer = std::move(buffers[i]);
     buffers.clear();
     // 2. run, statement by statement (a multi-output loop: its statements block by block)
-    round_bf16_ = p.round_bf16;
     leaf_ptrs_.resize(p.leaf_slots);
     leaf_versions_.resize(p.leaf_slots);
     temp_ptrs_.resize(p.temps.size());
@@ -776,7 +775,7 @@ class step {
           kd.run(bounds_[i], dst);
           c.kernels.add();
         }
-        if (to_output && round_bf16_ && kd.f32) {  // a float tensor stored as bf16, before anything reads it
+        if (to_output && p.rounds(kd)) {  // a float tensor stored as bf16, before anything reads it
           auto* f = static_cast<float*>(dst);
           detail::for_ranges(kd.elements, detail::loop_grain, [f](std::size_t b0, std::size_t b1) { round_to_bf16(f, b0, b1); });
         }
@@ -858,7 +857,7 @@ class step {
       const statement& st = stmts_[p.stmts[first + j].stmt];
       group_out_[j] = output(p, first + j).buffer.data();
       group_run_[j] = st.kernels[st.n_kernels - 1].run_range;
-      group_round_[j] = round_bf16_ && st.kernels[st.n_kernels - 1].f32;
+      group_round_[j] = p.rounds(st.kernels[st.n_kernels - 1]);
     }
     const std::size_t elements = stmts_[p.stmts[first].stmt].kernels[0].elements;
     constexpr std::size_t block = 2048;  // elements: every stream of the group stays in L1/L2 between statements
@@ -913,7 +912,6 @@ class step {
   std::vector<bound> bounds_;                        // per live statement
   std::vector<void*> group_out_;
   std::vector<char> group_round_;  // group statement j's float output is rounded to bf16 block by block
-  bool round_bf16_ = false;        // the running plan's XTPU_USE_BF16 (when it was compiled)
   std::vector<void (*)(const bound&, void*, std::size_t, std::size_t)> group_run_;
   std::vector<std::uint32_t> ext_refs_;            // per external tensor: the step's leaves holding it
   std::vector<std::uint64_t> external_bytes_;      // per external tensor

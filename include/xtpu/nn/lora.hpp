@@ -7,7 +7,7 @@
 //   lora_B   (Out, Rank), zeros — so at init the layer is its base, bit for bit;
 //   alpha    a plain float (default Rank: scaling 1), a run-time scalar: changing it never recompiles.
 // y = base(x) + (x A^T) B^T · alpha / Rank. Names: "base.weight", "base.bias", "lora_A", "lora_B"
-// (PEFT's "base_layer.weight", "lora_A.default.weight", "lora_B.default.weight").
+// (PEFT's "base_layer.weight", "base_layer.bias", "lora_A.default.weight", "lora_B.default.weight").
 // merged_weight() is W + B A · alpha / Rank, the (Out, In) weight of the merged layer (PEFT's
 // merge_and_unload), an expression; B A is a matmul at the layer's Prec (the default: bf16
 // operands, as the forward's), merged_weight<precision::highest>() the f32 product.
