@@ -15,6 +15,7 @@
 #pragma once
 
 #include <charconv>
+#include <concepts>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
@@ -80,11 +81,19 @@ inline std::optional<std::string_view> from_env(const setting& s) {
   return std::string_view(e);
 }
 
-/// An integer in the setting's range, given to a setter.
-inline std::int64_t integer(const setting& s, std::int64_t v) {
-  if (!detail::in_range(s, static_cast<double>(v)))
-    invalid(s, std::to_string(v), detail::range_text(s, true), source::call);
+namespace detail {
+template <class I>
+I checked_call(const setting& s, I v) {
+  if (!in_range(s, static_cast<double>(v))) invalid(s, std::to_string(v), range_text(s, true), source::call);
   return v;
+}
+}  // namespace detail
+/// An integer in the setting's range, given to a setter.
+inline std::int64_t integer(const setting& s, std::int64_t v) { return detail::checked_call(s, v); }
+/// The same for a count (std::size_t): shown as given, however large.
+template <std::unsigned_integral U>
+U integer(const setting& s, U v) {
+  return detail::checked_call(s, v);
 }
 /// An integer in the setting's range from text, all of it ("8x", " 8", "abc" are errors).
 inline std::int64_t integer(const setting& s, std::string_view text) {

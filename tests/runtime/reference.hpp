@@ -37,4 +37,13 @@ std::vector<double> host(const xtpu::tensor<T, D...>& t) {
 /// The value the MXU sees: the float64 reference rounds operands the same way.
 inline double mxu(float x) { return static_cast<double>(xtpu::detail::mxu_operand(x)); }
 
+/// use_bf16 (XTPU_USE_BF16) set for a scope, and restored whatever happens.
+struct bf16_storage {
+  bool before = xtpu::use_bf16();
+  explicit bf16_storage(bool on) { xtpu::set_use_bf16(on); }
+  ~bf16_storage() { xtpu::set_use_bf16(before); }
+  bf16_storage(const bf16_storage&) = delete;
+  bf16_storage& operator=(const bf16_storage&) = delete;
+};
+
 }  // namespace xtpu_test

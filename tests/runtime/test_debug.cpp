@@ -163,11 +163,7 @@ TEST_F(Debug, TheBf16StorageSettingIsNamedAsTheDifference) {
     xtpu::mark_step();
   }
   {
-    struct bf16_storage {  // on for this step, off again whatever happens
-      bool before = xtpu::use_bf16();
-      bf16_storage() { xtpu::set_use_bf16(true); }
-      ~bf16_storage() { xtpu::set_use_bf16(before); }
-    } on;
+    xtpu_test::bf16_storage on(true);  // for this step
     f48 t = a + b;
     xtpu::mark_step();
   }

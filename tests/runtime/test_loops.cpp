@@ -363,13 +363,16 @@ TEST(Loops, OutputsStoredPastTheCacheKeepTheirBits) {
   auto& least = xtpu::detail::stream_bytes();
   const std::size_t saved = least.load();
   least = SIZE_MAX;
-  EXPECT_FALSE(xtpu::detail::streams_output(std::size_t{1} << 40, nullptr, nullptr, 0));
+  const xtpu::detail::bound none{nullptr, nullptr, nullptr, nullptr};
+  EXPECT_FALSE(xtpu::detail::streams_output(std::size_t{1} << 40, none, nullptr, 0));
   const std::vector<float> plain = body();
   least = 0;
   const float somewhere = 0.0f;
   const void* input = &somewhere;
-  EXPECT_TRUE(xtpu::detail::streams_output(4, nullptr, &input, 1));
-  EXPECT_FALSE(xtpu::detail::streams_output(4, input, &input, 1));  // an input's buffer
+  const xtpu::detail::bound one{&input, nullptr, nullptr, nullptr}, rounded{&input, nullptr, nullptr, nullptr, true};
+  EXPECT_TRUE(xtpu::detail::streams_output(4, one, nullptr, 1));
+  EXPECT_FALSE(xtpu::detail::streams_output(4, one, input, 1));       // an input's buffer
+  EXPECT_FALSE(xtpu::detail::streams_output(4, rounded, nullptr, 1));  // read back by the bf16 rounding
   every_path([&] {
     const std::vector<float> got = body();
     EXPECT_EQ(got.size(), plain.size());

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -95,6 +96,9 @@ TEST_F(Settings, SettersCheckTheSameRanges) {
   EXPECT_EQ(xtpu_test::error_message<xtpu::config_error>([] { xtpu::lazy::set_plan_cache_capacity(0); }),
             "xtpu: xtpu::lazy::set_plan_cache_capacity(0) is not valid for plan_cache_capacity: expected an integer in "
             "[1, 1000000]");
+  EXPECT_EQ(xtpu_test::error_message<xtpu::config_error>([] { xtpu::lazy::set_plan_cache_capacity(SIZE_MAX); }),
+            "xtpu: xtpu::lazy::set_plan_cache_capacity(18446744073709551615) is not valid for plan_cache_capacity: "
+            "expected an integer in [1, 1000000]");
   EXPECT_THROW(xtpu::kernels::set_num_threads(xtpu::kernels::max_threads + 1), xtpu::config_error);
   EXPECT_EQ(xtpu::kernels::num_threads(), threads);
   auto& dev = xtpu::device::current();

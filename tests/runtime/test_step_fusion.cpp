@@ -233,3 +233,35 @@ TEST_F(StepFusion, OneStatementSharesItsScaledOperand) {
     for (std::size_t k = 0; k < 16; ++k) EXPECT_NEAR(hy[r * 16 + k], double(vx[r * 16 + k] * 0.5f) - mx - std::log(sum), 1e-5);
   }
 }
+
+// A reduction an earlier statement of the step computed is read by a later statement's row loop,
+// not reduced again (plan::stmt_plan::ready_temps; explain() says so); two copies inside one
+// statement are still reduced once, in its own loop. The values are those of each statement in
+// a step of its own, bit for bit.
+TEST_F(StepFusion, ARowLoopReadsAReductionAnEarlierStatementComputed) {
+  constexpr std::size_t rows = 64, cols = 70;
+  using rc = xtpu::tensor<float, rows, cols>;
+  auto x = device<float, rows, cols>(values(rows * cols, 14, 4.0f));
+  xtpu::mark_step();
+  xtpu::tensor<float, rows> s = xtpu::sum<1>(x);  // s0
+  rc y = x / xtpu::sum<1>(x, xtpu::keepdim);       // s1: reads s0's sum
+  rc p = xtpu::softmax<1>(x);                      // s2: its max twice (one reduction), its sum
+  rc q = xtpu::log_softmax<1>(x);                  // s3: both of s2's
+  const std::string text = xtpu::lazy::explain();
+  auto line = [&](const std::string& from) { return text.substr(text.find(from), text.find('\n', text.find(from)) - text.find(from)); };
+  EXPECT_FALSE(has(line("  s0 "), "reads")) << text;
+  EXPECT_TRUE(has(line("  s1 "), "; reads 1 value an earlier statement computed")) << text;
+  EXPECT_FALSE(has(line("  s2 "), "reads")) << text;
+  EXPECT_TRUE(has(line("  s3 "), "; reads 3 values an earlier statement computed")) << text;
+  xtpu::mark_step();
+  rc y_alone = x / xtpu::sum<1>(x, xtpu::keepdim);
+  xtpu::mark_step();
+  rc p_alone = xtpu::softmax<1>(x);
+  xtpu::mark_step();
+  rc q_alone = xtpu::log_softmax<1>(x);
+  xtpu::mark_step();
+  EXPECT_EQ(host(y), host(y_alone));
+  EXPECT_EQ(host(p), host(p_alone));
+  EXPECT_EQ(host(q), host(q_alone));
+  EXPECT_EQ(host(s), host(xtpu::tensor<float, rows>(xtpu::sum<1>(x))));
+}

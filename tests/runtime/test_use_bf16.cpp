@@ -18,13 +18,6 @@ namespace {
 /// x rounded to bf16 by the one rule (dtype/bf16.hpp), widened back.
 float bf16_of(float x) { return static_cast<float>(xtpu::bf16(x)); }
 
-/// Sets use_bf16 for one test, and restores it.
-struct bf16_storage {
-  bool before = xtpu::use_bf16();
-  explicit bf16_storage(bool on) { xtpu::set_use_bf16(on); }
-  ~bf16_storage() { xtpu::set_use_bf16(before); }
-};
-
 /// Every value (a float, widened exactly by host()) has zero low 16 bits: a bf16 value.
 ::testing::AssertionResult all_bf16(const std::vector<double>& v) {
   for (std::size_t i = 0; i < v.size(); ++i)

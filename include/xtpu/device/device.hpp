@@ -72,13 +72,13 @@ inline std::string format_bytes(std::uint64_t b) {
   else os << b << " B";
   return os.str();
 }
-inline constexpr settings::setting device_setting{"device", "XTPU_DEVICE"};
-inline constexpr settings::setting fraction_setting{"memory_fraction", "XTPU_MEMORY_FRACTION", 0.0, 1.0, /*lo_open*/ true,
-                                                    "xtpu::device::set_memory_fraction"};
+inline constexpr settings::setting device_setting{.name = "device", .env = "XTPU_DEVICE"};
+inline constexpr settings::setting fraction_setting{.name = "memory_fraction", .env = "XTPU_MEMORY_FRACTION", .lo = 0.0, .hi = 1.0,
+                                                    .lo_open = true, .setter = "xtpu::device::set_memory_fraction"};
 /// Chips per generation a process may name: indices [0, max_chips).
 inline constexpr int max_chips = 256;
-inline constexpr settings::setting chip_index_setting{"chip index", "xtpu::device(generation, index)"};
-inline constexpr settings::setting generation_setting{"generation", "xtpu::device(generation, index)"};
+inline constexpr settings::setting chip_index_setting{.name = "chip index", .env = "xtpu::device(generation, index)"};
+inline constexpr settings::setting generation_setting{.name = "generation", .env = "xtpu::device(generation, index)"};
 
 /// The generation called `name`; device_not_available naming the valid ones otherwise, and
 /// where the name came from (`from`: XTPU_DEVICE, or the device constructor's argument).
@@ -467,7 +467,8 @@ class device_buffer {
   std::uint64_t version_ = 0;
 };
 
-inline constexpr settings::setting use_bf16_setting{"use_bf16", "XTPU_USE_BF16", 0, 1};
+inline constexpr settings::setting use_bf16_setting{
+    .name = "use_bf16", .env = "XTPU_USE_BF16", .lo = 0, .hi = 1, .setter = "xtpu::set_use_bf16"};
 inline std::atomic<bool>& use_bf16_cell() {
   static std::atomic<bool> cell{[] {
     const auto e = settings::from_env(use_bf16_setting);

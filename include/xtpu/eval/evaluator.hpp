@@ -31,6 +31,8 @@ struct bound {
   const double* scalars;
   const void* const* temps;
   const std::uint64_t* versions;  // per leaf: its buffer's version (device_buffer::version)
+  bool rounds_output = false;     // the step rounds a float output to bf16 in place after the loop (plan::rounds)
+  std::uint64_t ready_temps = 0;  // bit t (t < 64): temp t holds its value already, an earlier statement's
 };
 
 /// The first leaf, scalar and temp slot of a subtree.

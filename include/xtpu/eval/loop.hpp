@@ -8,7 +8,7 @@
 //     time; `stream`: the output stored past the cache; the bound (a row loop's row_bound too)
 //     read from the loop's own copy of its slots (local_slots), the packet tree inlined
 //     (XTPU_FLATTEN, optimised builds);
-//   detail::streams_output(bytes, out, leaves, n, reads_out) — whether a loop stores its
+//   detail::streams_output(bytes, b, out, n, reads_out) — whether a loop stores its
 //     output past the cache (from stream_bytes(), half the largest cache);
 //   detail::for_ranges(n, grain, f) — f(begin, end) over [0, n) elements split into pieces of at
 //     least `grain` for the thread pool (one piece, on the caller, below it); for_units the
@@ -30,7 +30,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "xtpu/device/device.hpp"  // use_bf16
 #include "xtpu/eval/elementwise.hpp"
 #include "xtpu/kernels/cache.hpp"
 #include "xtpu/kernels/cpu.hpp"
@@ -87,16 +86,16 @@ inline std::atomic<std::size_t>& stream_bytes() noexcept {
 /// input it does not fit in the cache and leaves it before anything reads it again; a
 /// streamed store saves the read of each line a plain store makes first (one pass over memory
 /// in six for `max(a*b+c, 0)*d`). Not when the output is one of the loop's inputs (`leaves`,
-/// n of them: a donated buffer), whose lines are in the cache already (streaming them
+/// n of b's leaves: a donated buffer), whose lines are in the cache already (streaming them
 /// measured twice as slow), nor when the loop reads its output back (`reads_out`: a row loop
-/// whose reductions keep values in it, eval/program.hpp's run_rows), nor under XTPU_USE_BF16,
-/// whose rounding pass reads the output straight back. Multi-output and matmul-epilogue loops
-/// store plainly.
-inline bool streams_output(std::size_t bytes, const void* out, const void* const* leaves, std::size_t n,
+/// whose reductions keep values in it, eval/program.hpp's run_rows), nor when the step rounds
+/// it to bf16 next (b.rounds_output, XTPU_USE_BF16), a pass that reads it straight back.
+/// Multi-output and matmul-epilogue loops store plainly.
+inline bool streams_output(std::size_t bytes, const bound& b, const void* out, std::size_t n,
                            bool reads_out = false) noexcept {
-  if (reads_out || bytes < stream_bytes().load(std::memory_order_relaxed) || xtpu::use_bf16()) return false;
+  if (reads_out || b.rounds_output || bytes < stream_bytes().load(std::memory_order_relaxed)) return false;
   for (std::size_t l = 0; l < n; ++l)
-    if (leaves[l] == out) return false;
+    if (b.leaves[l] == out) return false;
   return true;
 }
 

@@ -95,7 +95,7 @@ template <class N>
 void run_elementwise(const bound& b, void* dst) {
   bool stream = false;
   if constexpr (std::is_same_v<typename N::value_type, float>)
-    stream = streams_output(N::shape_type::size * sizeof(float), dst, b.leaves, N::n_leaves);
+    stream = streams_output(N::shape_type::size * sizeof(float), b, dst, N::n_leaves);
   elementwise_pieces p{&b, dst, stream};
   run_ranges(N::shape_type::size, loop_grain, 64, &run_elementwise_piece<loop_t<N>>, &p);
 }
@@ -581,8 +581,9 @@ bool loop_reads_kept(const bound& b) noexcept {
 
 /// Rows [r0, r1) of every reduction in N's subtree (N placed at S), in post-order, but those
 /// whose temp is one already written (`done`, `n_done`): the plan gives a common subexpression
-/// one place, so softmax's two copies of max(x) are reduced once. The reduction whose child
-/// sits at K.at writes its child's values to `keep` when keep is not null.
+/// one place, so softmax's two copies of max(x) are reduced once, and a reduction an earlier
+/// statement computed (bound::ready_temps) not at all. The reduction whose child sits at K.at
+/// writes its child's values to `keep` when keep is not null.
 template <class N, slots S, path P, auto K>
 void reduce_rows_of(const bound& b, std::size_t r0, std::size_t r1, const void** done, std::size_t& n_done,
                     float* keep) noexcept {
@@ -634,7 +635,7 @@ void run_rows(const bound& b, void* dst) {
   bool keeps = false;
   if constexpr (found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b);
   // the output stored past the cache (streams_output; not when the reductions keep values in it)
-  const bool stream = std::is_same_v<V, float> && streams_output(sizeof(V) * Sh::size, out, b.leaves, E::n_leaves, keeps);
+  const bool stream = std::is_same_v<V, float> && streams_output(sizeof(V) * Sh::size, b, out, E::n_leaves, keeps);
   for_units(rows, std::max<std::size_t>(1, loop_grain / C), [&](std::size_t r0, std::size_t r1) {
     kernels::simd::fp_env env;
     // the columns of up to column_rows<E> rows, on this thread's stack (a loop allocates
@@ -649,6 +650,8 @@ void run_rows(const bound& b, void* dst) {
         const std::size_t e = std::min(r1, r + row_block<Sh>);
         std::array<const void*, E::n_temps> done{};
         std::size_t n_done = 0;
+        for (std::size_t t = 0; t < E::n_temps && t < 64; ++t)
+          if ((b.ready_temps >> t) & 1u) done[n_done++] = b.temps[t];
         float* keep = nullptr;  // where the reductions keep values: the output, when kept
         if constexpr (found) keep = keeps ? out : nullptr;
         reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, keep);

@@ -50,8 +50,8 @@ struct config {
   std::int64_t no_recompile_after = -1;  // strict mode after this many steps; -1: off
 
   static constexpr std::string_view presets[] = {"quick_test", "development", "training", "inference"};
-  static constexpr settings::setting preset_setting{"preset", "--preset"};
-  static constexpr settings::setting isa_field{"isa", "xtpu::config::isa"};  // a path named in code
+  static constexpr settings::setting preset_setting{.name = "preset", .env = "--preset"};
+  static constexpr settings::setting isa_field{.name = "isa", .env = "xtpu::config::isa"};  // a path named in code
 
   /// The seeds' modes (see the header comment); config_error for another name.
   static config preset(std::string_view name) {
@@ -120,7 +120,7 @@ struct config {
     return os.str();
   }
 
-  static constexpr settings::setting hbm_setting{"hbm_gib", "--hbm-gib", 0.0, 1e6, /*lo_open*/ true};
+  static constexpr settings::setting hbm_setting{.name = "hbm_gib", .env = "--hbm-gib", .lo = 0.0, .hi = 1e6, .lo_open = true};
 };
 
 /// What a device holds now (seed 004's memory statistics); bytes of emulated HBM.

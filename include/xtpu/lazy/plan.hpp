@@ -15,7 +15,9 @@
 //                         same number of elements, reading each other's results only at the
 //                         element being computed, run as one loop with several outputs (block
 //                         by block: an AdamW update of p, m and v is one pass over memory)
-//   5. schedule         — the ops in program order and each statement's temp slots
+//   5. schedule         — the ops in program order and each statement's temp slots, marking
+//                         those an earlier statement computed (ready_temps: a row loop reads
+//                         such a reduction instead of reducing again)
 //   6. donate_buffers   — a loop whose input tensor is read by nothing after it and held by
 //                         nobody outside the step writes its result into that tensor's buffer
 //                         (XLA's input/output aliasing); only where nothing that can throw runs
@@ -25,10 +27,12 @@
 //                         aligned); each other statement's result has a buffer of its own
 // Signature of a statement: its fingerprint, a wiring code per leaf (an external tensor is its
 // number; the output of statement p of this step is (1 << 32) | p — made and read only by the
-// four functions below), then a slot code per scalar (step.hpp's scalar_slot).
+// four functions below), then a slot code per scalar (step.hpp's scalar_slot). A step's
+// signature ends in its trailer (append_trailer / trailer: bf16 storage, then the chip).
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +73,17 @@ constexpr std::uint64_t step_output_code(std::uint32_t p) noexcept { return (std
 constexpr bool is_step_output(std::uint64_t code) noexcept { return (code >> 32) != 0; }
 constexpr std::uint32_t code_index(std::uint64_t code) noexcept { return static_cast<std::uint32_t>(code); }
 
+/// The words a signature ends with, after the donation bits: whether float results are stored
+/// as bf16, then the chip. append_trailer writes them (step.hpp's compiled()), trailer reads one.
+enum class trailer_word : std::size_t { bf16_storage, chip, count };
+inline void append_trailer(std::vector<std::uint64_t>& sig, bool bf16_storage, std::uint64_t chip) {
+  sig.push_back(bf16_storage);  // stored f32 values rounded: other values, another plan
+  sig.push_back(chip);          // a plan is compiled for one device, as XLA's are
+}
+inline std::uint64_t trailer(const std::vector<std::uint64_t>& sig, trailer_word w) {
+  return sig[sig.size() - static_cast<std::size_t>(trailer_word::count) + static_cast<std::size_t>(w)];
+}
+
 /// A compiled step: what to run, where every intermediate lives.
 struct plan {
   struct loc {
@@ -87,6 +102,7 @@ struct plan {
     std::uint32_t stmt, temp_begin, op_begin, op_end;
     std::uint32_t leaf_slot = 0;  // where its leaf pointers start in one array over all live statements
     std::int32_t donor = -1;      // its leaf whose buffer becomes its output, or -1
+    std::uint64_t ready_temps = 0;  // bit k: temp k holds its value before the statement runs (CSE)
   };
   std::vector<stmt_plan> stmts;  // live statements, program order
   std::vector<loc> temps;        // per live statement, per temp slot
@@ -133,7 +149,6 @@ struct step_view {
   const std::vector<char>& donatable;                    // per external tensor
   const std::vector<std::uint64_t>& external_bytes;      // per external tensor
   const generation& device;
-  bool round_bf16;  // XTPU_USE_BF16: a float output is stored rounded, so it is not its value in f32
 };
 
 /// Builds a plan from a step, one named pass after the other (see the top of this file).
@@ -142,7 +157,7 @@ class planner {
   explicit planner(const step_view& in)
       : in_(in), root_value_(in.stmts.size(), 0), kv_(in.stmts.size()), external_last_(in.donatable.size(), 0) {
     p_.n_statements = in.stmts.size();
-    p_.round_bf16 = in.round_bf16;
+    p_.round_bf16 = trailer(in.signature, trailer_word::bf16_storage) != 0;  // XTPU_USE_BF16 when recorded
   }
 
   plan build() {
@@ -272,6 +287,8 @@ class planner {
       for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) {
         p_.temps.push_back({});
         temp_value_.push_back(fused_[s] ? UINT32_MAX : kv_[s][k].v);
+        // an earlier statement computed it: a row loop reads it instead of reducing again
+        if (!fused_[s] && !kv_[s][k].fresh && values_[kv_[s][k].v].first < pos && k < 64) sp.ready_temps |= std::uint64_t{1} << k;
       }
       sp.op_end = static_cast<std::uint32_t>(p_.ops.size());
       p_.stmts.push_back(sp);
@@ -505,6 +522,8 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts, cons
       os << " -> " << (planner::writes_output(op, st) ? std::string("out") : where(p.temps[sp.temp_begin + op.kernel]));
     }
     if (sp.op_begin == sp.op_end) os << " nothing to run";
+    if (const int n = std::popcount(sp.ready_temps); n > 0)
+      os << "; reads " << n << (n == 1 ? " value" : " values") << " an earlier statement computed";
     os << '\n';
   }
   return os.str();

@@ -52,17 +52,6 @@ struct graph_sketch {
   std::size_t end_of(std::size_t i) const noexcept { return i + 1 < stmts.size() ? stmts[i + 1].sig_begin : tail; }
 };
 
-/// The words a signature ends with, after the donation bits: whether float results are stored
-/// as bf16, then the chip. append_trailer writes them (step.hpp's compiled()), trailer reads one.
-enum class trailer_word : std::size_t { bf16_storage, chip, count };
-inline void append_trailer(std::vector<std::uint64_t>& sig, bool bf16_storage, std::uint64_t chip) {
-  sig.push_back(bf16_storage);  // stored f32 values rounded: other values, another plan
-  sig.push_back(chip);          // a plan is compiled for one device, as XLA's are
-}
-inline std::uint64_t trailer(const std::vector<std::uint64_t>& sig, trailer_word w) {
-  return sig[sig.size() - static_cast<std::size_t>(trailer_word::count) + static_cast<std::size_t>(w)];
-}
-
 /// The plan-cache key of a step's signature.
 inline std::uint64_t plan_key(const std::vector<std::uint64_t>& sig) noexcept {
   return combine_run(static_cast<std::uint64_t>(op_tag::step), sig.data(), sig.size());
@@ -155,7 +144,8 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
   if (trailer(so, trailer_word::chip) != trailer(sn, trailer_word::chip))
     say("it runs on another device (a plan is compiled for one chip)");
   if (const bool was = trailer(so, trailer_word::bf16_storage), is = trailer(sn, trailer_word::bf16_storage); was != is)
-    say(std::string("use_bf16 (XTPU_USE_BF16, xtpu::set_use_bf16) is ") + (is ? "on" : "off") +
+    say(std::string(use_bf16_setting.name) + " (" + std::string(use_bf16_setting.env) + ", " +
+        std::string(use_bf16_setting.setter) + ") is " + (is ? "on" : "off") +
         " now: float results are stored " + (is ? "rounded to bf16" : "as f32") + ", in the cached graph " +
         (was ? "rounded to bf16" : "as f32"));
   const std::size_t n_old = old.stmts.size(), n_new = now.stmts.size(), n = std::min(n_old, n_new);

@@ -253,13 +253,13 @@ class plan_cache {
     return capacity_;
   }
   void set_capacity(std::size_t n) {
-    const auto checked = settings::integer(cache_setting, static_cast<std::int64_t>(std::min<std::size_t>(n, INT64_MAX)));
+    const std::size_t checked = settings::integer(cache_setting, n);
     std::lock_guard lock(mu_);
-    capacity_ = static_cast<std::size_t>(checked);
+    capacity_ = checked;
     trim();
   }
-  static constexpr settings::setting cache_setting{"plan_cache_capacity", "XTPU_CACHE_SIZE", 1, 1'000'000, false,
-                                                   "xtpu::lazy::set_plan_cache_capacity"};
+  static constexpr settings::setting cache_setting{.name = "plan_cache_capacity", .env = "XTPU_CACHE_SIZE", .lo = 1,
+                                                   .hi = 1'000'000, .setter = "xtpu::lazy::set_plan_cache_capacity"};
   void clear() {
     std::lock_guard lock(mu_);
     lru_.clear();
@@ -505,8 +505,7 @@ class step {
     append_bits(stmts_.size(), [&](std::size_t i) { return outputs_[i] != nullptr; });
     const std::size_t donation = signature_.size();
     append_bits(n_external_, [&](std::size_t x) { return donatable_[x] != 0; });
-    const bool round_bf16 = xtpu::use_bf16();
-    append_trailer(signature_, round_bf16, chip_->serial());
+    append_trailer(signature_, xtpu::use_bf16(), chip_->serial());
     const std::uint64_t key = plan_key(signature_);
 
     auto& cache = plan_cache::instance();
@@ -531,7 +530,7 @@ class step {
       time_sample t{c.compile_time};
       trace::detail::span traced("compile", "compile", trace_pid());
       p = std::make_shared<const plan>(
-          planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, chip_->spec(), round_bf16}).build());
+          planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, chip_->spec()}).build());
     }
     cache.insert(key, signature_, p, std::move(sketch));
     c.uncached.add();
@@ -831,7 +830,7 @@ class step {
     }
     for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) temp_ptrs_[sp.temp_begin + k] = where(p, p.temps[sp.temp_begin + k]);
     bounds_[i] = bound{leaf_ptrs_.data() + sp.leaf_slot, scalars_.data() + st.scalar_begin, temp_ptrs_.data() + sp.temp_begin,
-                       leaf_versions_.data() + sp.leaf_slot};
+                       leaf_versions_.data() + sp.leaf_slot, p.round_bf16, sp.ready_temps};
   }
   /// Live statement i's output takes its donor input's buffer (after bind: the loop still
   /// reads the input through the pointer bind took).

@@ -82,7 +82,8 @@ struct graph_info {
 
 namespace detail {
 
-inline constexpr settings::setting level_setting{"debug_level", "XTPU_DEBUG", 0, 2, false, "xtpu::debug::set_level"};
+inline constexpr settings::setting level_setting{
+    .name = "debug_level", .env = "XTPU_DEBUG", .lo = 0, .hi = 2, .setter = "xtpu::debug::set_level"};
 
 inline std::atomic<int>& level_cell() {
   static std::atomic<int> cell{[] {
