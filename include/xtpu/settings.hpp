@@ -92,6 +92,7 @@ I checked_call(const setting& s, I v) {
 inline std::int64_t integer(const setting& s, std::int64_t v) { return detail::checked_call(s, v); }
 /// The same for a count (std::size_t): shown as given, however large.
 template <std::unsigned_integral U>
+  requires(!std::same_as<U, bool>)
 U integer(const setting& s, U v) {
   return detail::checked_call(s, v);
 }

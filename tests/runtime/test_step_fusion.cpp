@@ -235,33 +235,55 @@ TEST_F(StepFusion, OneStatementSharesItsScaledOperand) {
 }
 
 // A reduction an earlier statement of the step computed is read by a later statement's row loop,
-// not reduced again (plan::stmt_plan::ready_temps; explain() says so); two copies inside one
-// statement are still reduced once, in its own loop. The values are those of each statement in
-// a step of its own, bit for bit.
+// not reduced again (plan::stmt_plan::ready_temps; explain() counts the values so read); two
+// copies inside one statement are still reduced once, in its own loop. A softmax after a
+// log_softmax finds all three of its reductions computed — the sum among them, which a softmax
+// alone keeps its exp values for. A common subexpression's copy reads nothing, and under
+// XTPU_USE_BF16 a stored (rounded) sum is not read for an f32 one. The values are those of
+// each statement in a step of its own, bit for bit.
 TEST_F(StepFusion, ARowLoopReadsAReductionAnEarlierStatementComputed) {
-  constexpr std::size_t rows = 64, cols = 70;
+  constexpr std::size_t rows = 256, cols = 1000;  // several blocks of rows, on every thread
   using rc = xtpu::tensor<float, rows, cols>;
   auto x = device<float, rows, cols>(values(rows * cols, 14, 4.0f));
   xtpu::mark_step();
+  auto line = [](const std::string& text, const std::string& from) {
+    const std::size_t at = text.find(from);
+    return at == std::string::npos ? std::string("(no line " + from + ")") : text.substr(at, text.find('\n', at) - at);
+  };
   xtpu::tensor<float, rows> s = xtpu::sum<1>(x);  // s0
   rc y = x / xtpu::sum<1>(x, xtpu::keepdim);       // s1: reads s0's sum
-  rc p = xtpu::softmax<1>(x);                      // s2: its max twice (one reduction), its sum
-  rc q = xtpu::log_softmax<1>(x);                  // s3: both of s2's
-  const std::string text = xtpu::lazy::explain();
-  auto line = [&](const std::string& from) { return text.substr(text.find(from), text.find('\n', text.find(from)) - text.find(from)); };
-  EXPECT_FALSE(has(line("  s0 "), "reads")) << text;
-  EXPECT_TRUE(has(line("  s1 "), "; reads 1 value an earlier statement computed")) << text;
-  EXPECT_FALSE(has(line("  s2 "), "reads")) << text;
-  EXPECT_TRUE(has(line("  s3 "), "; reads 3 values an earlier statement computed")) << text;
+  rc q = xtpu::log_softmax<1>(x);                  // s2: its max twice (one reduction), its sum
+  rc p = xtpu::softmax<1>(x);                      // s3: max and sum, both s2's
+  rc p2 = xtpu::softmax<1>(x);                     // s4: a copy of s3
+  std::string text = xtpu::lazy::explain();
+  EXPECT_FALSE(has(line(text, "  s0 "), "reads")) << text;
+  EXPECT_TRUE(has(line(text, "  s1 "), "; reads 1 value an earlier statement computed")) << text;
+  EXPECT_FALSE(has(line(text, "  s2 "), "reads")) << text;
+  EXPECT_TRUE(has(line(text, "  s3 "), "row loop -> out; reads 2 values an earlier statement computed")) << text;
+  EXPECT_TRUE(has(line(text, "  s4 "), "(common subexpression)")) << text;
+  EXPECT_FALSE(has(line(text, "  s4 "), "reads")) << text;
+  xtpu::mark_step();
+  xtpu::tensor<float, rows> s_alone = xtpu::sum<1>(x);
   xtpu::mark_step();
   rc y_alone = x / xtpu::sum<1>(x, xtpu::keepdim);
   xtpu::mark_step();
-  rc p_alone = xtpu::softmax<1>(x);
-  xtpu::mark_step();
   rc q_alone = xtpu::log_softmax<1>(x);
   xtpu::mark_step();
+  rc p_alone = xtpu::softmax<1>(x);
+  xtpu::mark_step();
+  EXPECT_EQ(host(s), host(s_alone));
   EXPECT_EQ(host(y), host(y_alone));
-  EXPECT_EQ(host(p), host(p_alone));
   EXPECT_EQ(host(q), host(q_alone));
-  EXPECT_EQ(host(s), host(xtpu::tensor<float, rows>(xtpu::sum<1>(x))));
+  EXPECT_EQ(host(p), host(p_alone));
+  EXPECT_EQ(host(p2), host(p_alone));
+
+  xtpu_test::bf16_storage on(true);
+  xtpu::tensor<float, rows> sb = xtpu::sum<1>(x);
+  rc yb = x / xtpu::sum<1>(x, xtpu::keepdim);  // its f32 sum is not sb's rounded one
+  text = xtpu::lazy::explain();
+  EXPECT_FALSE(has(line(text, "  s1 "), "reads")) << text;
+  xtpu::mark_step();
+  rc yb_alone = x / xtpu::sum<1>(x, xtpu::keepdim);
+  xtpu::mark_step();
+  EXPECT_EQ(host(yb), host(yb_alone));
 }

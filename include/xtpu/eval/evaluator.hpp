@@ -34,6 +34,8 @@ struct bound {
   bool rounds_output = false;     // the step rounds a float output to bf16 in place after the loop (plan::rounds)
   std::uint64_t ready_temps = 0;  // bit t (t < 64): temp t holds its value already, an earlier statement's
 };
+/// Whether b's temp t holds its value before the statement runs (bound::ready_temps).
+constexpr bool temp_ready(const bound& b, std::size_t t) noexcept { return t < 64 && ((b.ready_temps >> t) & 1u) != 0; }
 
 /// The first leaf, scalar and temp slot of a subtree.
 struct slots {

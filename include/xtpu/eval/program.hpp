@@ -518,12 +518,13 @@ constexpr bool loop_reads() {
 
 /// The child of the first reduction reached from E's loop whose child is worth keeping (it
 /// reads a reduction itself, has E's shape, is f32 and E's loop reads it too): its type and
-/// its slots `at`; the type is void (found false) if there is none.
+/// its slots `at` and the reduction's own temp; the type is void (found false) if there is none.
 template <class T = void>
 struct kept_at {
   using type = T;
   static constexpr bool found = !std::is_void_v<T>;
   slots at{};
+  std::size_t reduction_temp = 0;
 };
 template <class E, class N, slots S>
 constexpr auto find_kept();
@@ -543,7 +544,7 @@ constexpr auto find_kept() {
     using C = child_t<N, 0>;
     if constexpr (C::n_temps != 0 && std::is_same_v<typename C::shape_type, typename E::shape_type> &&
                   std::is_same_v<typename C::value_type, float> && loop_reads<E, C>())
-      return kept_at<C>{child_slots<N, S, 0>};
+      return kept_at<C>{child_slots<N, S, 0>, own_slots<N, S>.temp};
     else
       return kept_at<>{};
   } else if constexpr (is_map_v<N> || is_reshape_v<N>) {
@@ -595,8 +596,9 @@ void reduce_rows_of(const bound& b, std::size_t r0, std::size_t r1, const void**
       constexpr slots c = child_slots<N, S, 0>;
       constexpr bool keeper = K.found && c == K.at;
       const void* at = b.temps[own_slots<N, S>.temp];
-      if (!(keeper && keep) && std::find(done, done + n_done, at) != done + n_done) return;
-      done[n_done++] = at;
+      const bool seen = std::find(done, done + n_done, at) != done + n_done;
+      if (seen && !(keeper && keep)) return;
+      if (!seen) done[n_done++] = at;  // each temp once: done never holds more than N's temps
       using T = typename N::value_type;
       evaluator<N>::template reduce_rows<S, P>(b, static_cast<T*>(const_cast<void*>(at)), r0, r1, keeper ? keep : nullptr);
     }
@@ -633,7 +635,9 @@ void run_rows(const bound& b, void* dst) {
   constexpr bool found = decltype(K)::found;
   auto* out = static_cast<V*>(dst);
   bool keeps = false;
-  if constexpr (found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b);
+  // (not when an earlier statement computed the reduction: the loop then computes its operand
+  // once itself, and nothing is reduced again)
+  if constexpr (found) keeps = loop_reads_kept<E, slots{}, T, K.at>(b) && !temp_ready(b, K.reduction_temp);
   // the output stored past the cache (streams_output; not when the reductions keep values in it)
   const bool stream = std::is_same_v<V, float> && streams_output(sizeof(V) * Sh::size, b, out, E::n_leaves, keeps);
   for_units(rows, std::max<std::size_t>(1, loop_grain / C), [&](std::size_t r0, std::size_t r1) {
@@ -650,8 +654,9 @@ void run_rows(const bound& b, void* dst) {
         const std::size_t e = std::min(r1, r + row_block<Sh>);
         std::array<const void*, E::n_temps> done{};
         std::size_t n_done = 0;
-        for (std::size_t t = 0; t < E::n_temps && t < 64; ++t)
-          if ((b.ready_temps >> t) & 1u) done[n_done++] = b.temps[t];
+        for (std::size_t t = 0; t < E::n_temps; ++t)
+          if (temp_ready(b, t) && std::find(done.begin(), done.begin() + n_done, b.temps[t]) == done.begin() + n_done)
+            done[n_done++] = b.temps[t];
         float* keep = nullptr;  // where the reductions keep values: the output, when kept
         if constexpr (found) keep = keeps ? out : nullptr;
         reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, keep);

@@ -32,7 +32,6 @@
 #pragma once
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -40,6 +39,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xtpu/device/device.hpp"
@@ -287,8 +287,10 @@ class planner {
       for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) {
         p_.temps.push_back({});
         temp_value_.push_back(fused_[s] ? UINT32_MAX : kv_[s][k].v);
-        // an earlier statement computed it: a row loop reads it instead of reducing again
-        if (!fused_[s] && !kv_[s][k].fresh && values_[kv_[s][k].v].first < pos && k < 64) sp.ready_temps |= std::uint64_t{1} << k;
+        // an earlier statement computed it: a row loop reads it instead of reducing again (only
+        // in a statement that runs its root: a common subexpression's copy reads no temp)
+        if (!fused_[s] && kv_[s][st.n_kernels - 1].fresh && !kv_[s][k].fresh && values_[kv_[s][k].v].first < pos && k < 64)
+          sp.ready_temps |= std::uint64_t{1} << k;
       }
       sp.op_end = static_cast<std::uint32_t>(p_.ops.size());
       p_.stmts.push_back(sp);
@@ -522,8 +524,14 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts, cons
       os << " -> " << (planner::writes_output(op, st) ? std::string("out") : where(p.temps[sp.temp_begin + op.kernel]));
     }
     if (sp.op_begin == sp.op_end) os << " nothing to run";
-    if (const int n = std::popcount(sp.ready_temps); n > 0)
-      os << "; reads " << n << (n == 1 ? " value" : " values") << " an earlier statement computed";
+    std::vector<std::pair<std::int64_t, std::int32_t>> read;  // the places of those values, once each
+    for (std::uint32_t k = 0; k < 64; ++k)
+      if ((sp.ready_temps >> k) & 1u) {
+        const plan::loc at = p.temps[sp.temp_begin + k];
+        if (std::find(read.begin(), read.end(), std::pair{at.arena, at.output}) == read.end()) read.emplace_back(at.arena, at.output);
+      }
+    if (!read.empty())
+      os << "; reads " << read.size() << (read.size() == 1 ? " value" : " values") << " an earlier statement computed";
     os << '\n';
   }
   return os.str();
