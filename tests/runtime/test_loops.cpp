@@ -459,6 +459,33 @@ TEST(Loops, RowLoopsGiveTheBitsOfSeparateStatements) {
   });
 }
 
+// Only the kept reduction writes its child's values into the output: the kept subtree here,
+// exp(max(y) - x), begins with a reduction of its own whose child (y, twice as wide as the
+// output) starts at the same slots as the kept subtree; taken for the kept one, it wrote y's
+// rows into the output — past its end on the last rows (ASan), then overwritten.
+TEST(Loops, OnlyTheKeptReductionWritesTheOutput) {
+  constexpr std::size_t R = 64, n = 100;
+  auto x = device<float, R, n>(values(R * n, 24, 2.0f));
+  auto y = device<float, R, 2 * n>(values(R * 2 * n, 25, 2.0f));
+  every_path([&] {
+    auto c = [&] { return xtpu::exp(xtpu::max<1>(y, xtpu::keepdim) - x); };
+    xtpu::tensor<float, R, n> e = c() / xtpu::sum<1>(c(), xtpu::keepdim);
+    const std::string plan = xtpu::lazy::explain();
+    xtpu::mark_step();
+    EXPECT_NE(plan.find("row loop -> out"), std::string::npos) << plan;
+    xtpu::tensor<float, R, n> c2 = c();
+    xtpu::mark_step();
+    xtpu::tensor<float, R, 1> s2 = xtpu::sum<1>(c2, xtpu::keepdim);
+    xtpu::mark_step();
+    xtpu::tensor<float, R, n> e2 = c2 / s2;
+    xtpu::mark_step();
+    EXPECT_EQ(host(e), host(e2));
+    std::vector<float> out;
+    append(out, e);
+    return out;
+  });
+}
+
 // A row loop computes a float column over its rows that reads a reduction (rsqrt(var + eps),
 // log(sum)) once per row, not per packet (eval/program.hpp, "Columns"): the same bits as the
 // column stored by its own statement. Two columns of one type with different inputs (x's and

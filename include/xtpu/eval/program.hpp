@@ -376,8 +376,9 @@ constexpr bool row_fusable() {
 // reduces (softmax: exp(x - max) is summed and then divided), the reduction writes that
 // subtree's values into the output as it reads them and the loop reads them back
 // (row_scratch) instead of computing them again — when the two are the same value at run time
-// (the same tensors, scalars and temps), else the loop computes them. Reading a float back is
-// the value itself: the bits do not change.
+// (the same tensors, scalars and temps), else the loop computes them; and not when an earlier
+// statement computed the reduction (bound::ready_temps): it is then not run at all. Reading a
+// float back is the value itself: the bits do not change.
 
 /// What a row loop's root reads in place of subtree C: C's values, kept by the reduction
 /// that evaluated them (row_bound::keep, at C's flat index, which is the loop's).
@@ -593,12 +594,13 @@ void reduce_rows_of(const bound& b, std::size_t r0, std::size_t r1, const void**
       (reduce_rows_of<child_t<N, I>, child_slots<N, S, I>, P, K>(b, r0, r1, done, n_done, keep), ...);
     }(std::make_index_sequence<children_count_v<N>>{});
     if constexpr (is_reduce_v<N>) {
-      constexpr slots c = child_slots<N, S, 0>;
-      constexpr bool keeper = K.found && c == K.at;
+      // the kept reduction by its own temp (unique; its child's slots are also those of a
+      // reduction on the leftmost path inside the kept subtree)
+      constexpr bool keeper = K.found && own_slots<N, S>.temp == K.reduction_temp;
       const void* at = b.temps[own_slots<N, S>.temp];
       const bool seen = std::find(done, done + n_done, at) != done + n_done;
       if (seen && !(keeper && keep)) return;
-      if (!seen) done[n_done++] = at;  // each temp once: done never holds more than N's temps
+      if (!seen) done[n_done++] = at;  // each temp once: done never holds more than E's temps
       using T = typename N::value_type;
       evaluator<N>::template reduce_rows<S, P>(b, static_cast<T*>(const_cast<void*>(at)), r0, r1, keeper ? keep : nullptr);
     }
