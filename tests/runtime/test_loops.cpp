@@ -486,6 +486,34 @@ TEST(Loops, OnlyTheKeptReductionWritesTheOutput) {
   });
 }
 
+// A kept subtree with a column of its own: T = x * rsqrt(mean(x*x) + eps) is summed and then
+// divided by that sum (an RMS norm followed by a normalisation), so the sum keeps T's values
+// and the column rsqrt(...) lies inside the kept subtree. 700 rows of 60: more rows than a
+// column block (512), a last block that is short. The bits of the separate statements.
+TEST(Loops, AKeptSubtreeWithAColumnGivesTheBitsOfSeparateStatements) {
+  constexpr std::size_t R = 700, n = 60;
+  auto x = device<float, R, n>(values(R * n, 26, 3.0f));
+  every_path([&] {
+    auto t = [&] { return x * xtpu::rsqrt(xtpu::mean<1>(x * x, xtpu::keepdim) + 1e-5f); };
+    xtpu::tensor<float, R, n> y = t() / xtpu::sum<1>(t(), xtpu::keepdim);
+    const std::string plan = xtpu::lazy::explain();
+    xtpu::mark_step();
+    EXPECT_NE(plan.find("row loop -> out"), std::string::npos) << plan;
+    xtpu::tensor<float, R, 1> r = xtpu::rsqrt(xtpu::mean<1>(x * x, xtpu::keepdim) + 1e-5f);
+    xtpu::mark_step();
+    xtpu::tensor<float, R, n> t2 = x * r;
+    xtpu::mark_step();
+    xtpu::tensor<float, R, 1> s2 = xtpu::sum<1>(t2, xtpu::keepdim);
+    xtpu::mark_step();
+    xtpu::tensor<float, R, n> y2 = t2 / s2;
+    xtpu::mark_step();
+    EXPECT_EQ(host(y), host(y2));
+    std::vector<float> out;
+    append(out, y);
+    return out;
+  });
+}
+
 // A row loop computes a float column over its rows that reads a reduction (rsqrt(var + eps),
 // log(sum)) once per row, not per packet (eval/program.hpp, "Columns"): the same bits as the
 // column stored by its own statement. Two columns of one type with different inputs (x's and

@@ -32,10 +32,15 @@ struct bound {
   const void* const* temps;
   const std::uint64_t* versions;  // per leaf: its buffer's version (device_buffer::version)
   bool rounds_output = false;     // the step rounds a float output to bf16 in place after the loop (plan::rounds)
-  std::uint64_t ready_temps = 0;  // bit t (t < 64): temp t holds its value already, an earlier statement's
+  std::uint64_t ready_temps = 0;  // ready_bit(t): temp t holds its value already, an earlier statement's
 };
-/// Whether b's temp t holds its value before the statement runs (bound::ready_temps).
-constexpr bool temp_ready(const bound& b, std::size_t t) noexcept { return t < 64 && ((b.ready_temps >> t) & 1u) != 0; }
+/// The temps a ready mask can name: 0 .. ready_temp_bits - 1 (a later temp is computed again).
+inline constexpr std::size_t ready_temp_bits = 64;
+/// The bit of a ready mask (bound::ready_temps, plan::stmt_plan::ready_temps) naming temp t; 0 past the mask.
+constexpr std::uint64_t ready_bit(std::size_t t) noexcept { return t < ready_temp_bits ? std::uint64_t{1} << t : 0; }
+/// Whether temp t holds its value before the statement runs, by its ready mask.
+constexpr bool temp_ready(std::uint64_t mask, std::size_t t) noexcept { return (mask & ready_bit(t)) != 0; }
+constexpr bool temp_ready(const bound& b, std::size_t t) noexcept { return temp_ready(b.ready_temps, t); }
 
 /// The first leaf, scalar and temp slot of a subtree.
 struct slots {

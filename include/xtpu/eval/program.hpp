@@ -581,6 +581,14 @@ bool loop_reads_kept(const bound& b) noexcept {
   }
 }
 
+/// Adds `at` to the temps already written (`done`, `n_done` of them) unless it is there;
+/// whether it was there. Each temp once: done never holds more than a statement's temps.
+inline bool add_done(const void** done, std::size_t& n_done, const void* at) noexcept {
+  if (std::find(done, done + n_done, at) != done + n_done) return true;
+  done[n_done++] = at;
+  return false;
+}
+
 /// Rows [r0, r1) of every reduction in N's subtree (N placed at S), in post-order, but those
 /// whose temp is one already written (`done`, `n_done`): the plan gives a common subexpression
 /// one place, so softmax's two copies of max(x) are reduced once, and a reduction an earlier
@@ -598,9 +606,7 @@ void reduce_rows_of(const bound& b, std::size_t r0, std::size_t r1, const void**
       // reduction on the leftmost path inside the kept subtree)
       constexpr bool keeper = K.found && own_slots<N, S>.temp == K.reduction_temp;
       const void* at = b.temps[own_slots<N, S>.temp];
-      const bool seen = std::find(done, done + n_done, at) != done + n_done;
-      if (seen && !(keeper && keep)) return;
-      if (!seen) done[n_done++] = at;  // each temp once: done never holds more than E's temps
+      if (add_done(done, n_done, at) && !(keeper && keep)) return;
       using T = typename N::value_type;
       evaluator<N>::template reduce_rows<S, P>(b, static_cast<T*>(const_cast<void*>(at)), r0, r1, keeper ? keep : nullptr);
     }
@@ -650,15 +656,17 @@ void run_rows(const bound& b, void* dst) {
     std::array<float*, E::n_temps> cols{};
     auto place = [&, k = std::size_t{0}]<class N, slots S>() mutable { cols[S.temp] = column_values.data() + column_rows<E> * k++; };
     for_each_column<E, slots{}, Sh>(place);
+    // the temps an earlier statement computed: written before any block starts
+    std::array<const void*, E::n_temps> ready{};
+    std::size_t n_ready = 0;
+    for (std::size_t t = 0; t < E::n_temps; ++t)
+      if (temp_ready(b, t)) add_done(ready.data(), n_ready, b.temps[t]);
     kernels::simd::dispatch([&](auto p) {
       constexpr path P = decltype(p)::value;
       for (std::size_t r = r0; r < r1; r += row_block<Sh>) {
         const std::size_t e = std::min(r1, r + row_block<Sh>);
-        std::array<const void*, E::n_temps> done{};
-        std::size_t n_done = 0;
-        for (std::size_t t = 0; t < E::n_temps; ++t)
-          if (temp_ready(b, t) && std::find(done.begin(), done.begin() + n_done, b.temps[t]) == done.begin() + n_done)
-            done[n_done++] = b.temps[t];
+        std::array<const void*, E::n_temps> done = ready;
+        std::size_t n_done = n_ready;
         float* keep = nullptr;  // where the reductions keep values: the output, when kept
         if constexpr (found) keep = keeps ? out : nullptr;
         reduce_rows_of<E, slots{}, P, K>(b, r, e, done.data(), n_done, keep);

@@ -102,7 +102,7 @@ struct plan {
     std::uint32_t stmt, temp_begin, op_begin, op_end;
     std::uint32_t leaf_slot = 0;  // where its leaf pointers start in one array over all live statements
     std::int32_t donor = -1;      // its leaf whose buffer becomes its output, or -1
-    std::uint64_t ready_temps = 0;  // bit k: temp k holds its value before the statement runs (CSE)
+    std::uint64_t ready_temps = 0;  // ready_bit(k): temp k holds its value before the statement runs (CSE)
   };
   std::vector<stmt_plan> stmts;  // live statements, program order
   std::vector<loc> temps;        // per live statement, per temp slot
@@ -289,8 +289,8 @@ class planner {
         temp_value_.push_back(fused_[s] ? UINT32_MAX : kv_[s][k].v);
         // an earlier statement computed it: a row loop reads it instead of reducing again (only
         // in a statement that runs its root: a common subexpression's copy reads no temp)
-        if (!fused_[s] && kv_[s][st.n_kernels - 1].fresh && !kv_[s][k].fresh && values_[kv_[s][k].v].first < pos && k < 64)
-          sp.ready_temps |= std::uint64_t{1} << k;
+        if (!fused_[s] && kv_[s][st.n_kernels - 1].fresh && !kv_[s][k].fresh && values_[kv_[s][k].v].first < pos)
+          sp.ready_temps |= ready_bit(k);
       }
       sp.op_end = static_cast<std::uint32_t>(p_.ops.size());
       p_.stmts.push_back(sp);
@@ -525,8 +525,8 @@ inline std::string dump(const plan& p, const std::vector<statement>& stmts, cons
     }
     if (sp.op_begin == sp.op_end) os << " nothing to run";
     std::vector<std::pair<std::int64_t, std::int32_t>> read;  // the places of those values, once each
-    for (std::uint32_t k = 0; k < 64; ++k)
-      if ((sp.ready_temps >> k) & 1u) {
+    for (std::uint32_t k = 0; k < ready_temp_bits; ++k)
+      if (temp_ready(sp.ready_temps, k)) {
         const plan::loc at = p.temps[sp.temp_begin + k];
         if (std::find(read.begin(), read.end(), std::pair{at.arena, at.output}) == read.end()) read.emplace_back(at.arena, at.output);
       }
