@@ -67,5 +67,8 @@ function(xtpu_add_header_tests)
     string(REPLACE ".cpp" "" target header_${stem})
     add_library(${target} OBJECT ${file})
     target_link_libraries(${target} PRIVATE xtpu::xtpu xtpu_warnings)
+    if(h STREQUAL "xtpu/runtime.hpp")  # the runtime of a program built with XTPU_SEPARATE_RUNTIME
+      target_compile_definitions(${target} PRIVATE XTPU_SEPARATE_RUNTIME)
+    endif()
   endforeach()
 endfunction()

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "xtpu/config.hpp"
 #include "xtpu/error.hpp"
 #include "xtpu/settings.hpp"
 
@@ -244,16 +245,7 @@ class chip {
     if (auto it = live_.find(bytes); it != live_.end() && it->second > 0) --it->second;
     --live_count_;
   }
-  std::string oom_message(std::size_t bytes, std::string_view what, std::uint64_t now, std::uint64_t cap) const {
-    const std::vector<std::size_t> largest = largest_locked(5);
-    std::ostringstream os;
-    os << "xtpu: out of HBM on " << name() << ": allocating " << format_bytes(bytes) << " (" << what << ") with "
-       << format_bytes(now) << " in use would pass " << format_bytes(cap) << " (memory_fraction "
-       << memory_fraction() << " x " << format_bytes(hbm_bytes()) << "); largest live buffers:";
-    for (auto b : largest) os << ' ' << format_bytes(b);
-    if (largest.empty()) os << " none";
-    return os.str();
-  }
+  std::string oom_message(std::size_t bytes, std::string_view what, std::uint64_t now, std::uint64_t cap) const;
 
   const generation* gen_;
   int index_;
@@ -267,6 +259,19 @@ class chip {
   std::unordered_map<std::size_t, std::vector<void*>> free_;  // cached blocks by block size
   std::size_t cached_bytes_ = 0;
 };
+
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE std::string chip::oom_message(std::size_t bytes, std::string_view what, std::uint64_t now, std::uint64_t cap) const {
+  const std::vector<std::size_t> largest = largest_locked(5);
+  std::ostringstream os;
+  os << "xtpu: out of HBM on " << name() << ": allocating " << format_bytes(bytes) << " (" << what << ") with "
+     << format_bytes(now) << " in use would pass " << format_bytes(cap) << " (memory_fraction "
+     << memory_fraction() << " x " << format_bytes(hbm_bytes()) << "); largest live buffers:";
+  for (auto b : largest) os << ' ' << format_bytes(b);
+  if (largest.empty()) os << " none";
+  return os.str();
+}
+#endif  // XTPU_RUNTIME_BODIES
 
 /// This thread's current chip (null: the default device). device_scope sets it.
 inline chip*& current_chip() noexcept {
@@ -347,10 +352,7 @@ namespace detail {
 /// never moves). The default device (XTPU_DEVICE, chip 0) is made first.
 class chip_registry {
  public:
-  static chip_registry& instance() {
-    static chip_registry r;
-    return r;
-  }
+  static chip_registry& instance();
   chip& default_chip() noexcept { return *default_; }
   chip& get(const generation& g, int index);
 
@@ -361,6 +363,13 @@ class chip_registry {
   std::deque<device> handles_;
   chip* default_ = nullptr;
 };
+
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE chip_registry& chip_registry::instance() {
+  static chip_registry r;
+  return r;
+}
+#endif
 
 inline chip_registry::chip_registry() {
   const auto name = settings::from_env(device_setting).value_or("v5e");

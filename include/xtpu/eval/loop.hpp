@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "xtpu/config.hpp"
 #include "xtpu/eval/elementwise.hpp"
 #include "xtpu/kernels/cache.hpp"
 #include "xtpu/kernels/cpu.hpp"
@@ -163,8 +164,10 @@ XTPU_FLATTEN void loop_range(const B& from, typename N::value_type* out, std::si
 
 /// for_ranges' body, type-erased: one copy of the split however many loops call it, and one of
 /// each loop (called through fn on one thread or many).
-[[gnu::noinline]] inline void run_ranges(std::size_t n, std::size_t grain, std::size_t align,
-                                         void (*fn)(void*, std::size_t, std::size_t), void* ctx) {
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+// (no declaration before it: g++ warns of noinline on a declaration after an inline one)
+[[gnu::noinline]] XTPU_RUNTIME_INLINE void run_ranges(std::size_t n, std::size_t grain, std::size_t align,
+                                                     void (*fn)(void*, std::size_t, std::size_t), void* ctx) {
   const std::size_t most = static_cast<std::size_t>(kernels::num_threads());
   const std::size_t t = std::min(most, std::max<std::size_t>(1, n / std::max<std::size_t>(grain, 1)));
   if (t <= 1) return fn(ctx, 0, n);
@@ -173,6 +176,10 @@ XTPU_FLATTEN void loop_range(const B& from, typename N::value_type* out, std::si
     fn(ctx, piece(static_cast<std::size_t>(k)), piece(static_cast<std::size_t>(k) + 1));
   });
 }
+#else
+void run_ranges(std::size_t n, std::size_t grain, std::size_t align, void (*fn)(void*, std::size_t, std::size_t),
+                void* ctx);
+#endif
 
 /// The thunk of a loop body F: one function (not a lambda and its conversions) per body.
 template <class F>

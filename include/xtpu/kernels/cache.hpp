@@ -14,12 +14,16 @@
 
 #include <unistd.h>  // sysconf
 
+#include "xtpu/config.hpp"
+
 namespace xtpu::kernels::detail {
 
 /// The size of the largest data cache, read once: Linux's own figure for CPU 0 (sysfs, what
 /// lscpu shows), else glibc's (sysconf: on a VM it may be the host's sum of every L3), else
 /// 32 MiB.
-inline std::size_t last_level_cache_bytes() noexcept {
+XTPU_RUNTIME_INLINE std::size_t last_level_cache_bytes() noexcept;
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE std::size_t last_level_cache_bytes() noexcept {
   static const std::size_t bytes = [] {
     std::size_t best = 0;
     try {
@@ -45,5 +49,6 @@ inline std::size_t last_level_cache_bytes() noexcept {
   }();
   return bytes;
 }
+#endif
 
 }  // namespace xtpu::kernels::detail

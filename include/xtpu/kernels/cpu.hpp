@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "xtpu/config.hpp"
 #include "xtpu/error.hpp"
 #include "xtpu/settings.hpp"
 
@@ -92,8 +93,10 @@ inline constexpr std::array<isa, 4> all_isas{isa::scalar, isa::avx2, isa::avx512
 
 /// i, if this CPU runs it; else the error of setting `as` (XTPU_ISA, or a config's field) or of
 /// set_isa's call, listing the paths it does run.
-inline isa require_supported(isa i, const settings::setting& as = isa_setting,
-                             settings::source from = settings::source::environment) {
+XTPU_RUNTIME_INLINE isa require_supported(isa i, const settings::setting& as = isa_setting,
+                                          settings::source from = settings::source::environment);
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE isa require_supported(isa i, const settings::setting& as, settings::source from) {
   if (!supported(i)) {
     std::vector<std::string_view> ok;
     for (isa j : all_isas)
@@ -103,6 +106,7 @@ inline isa require_supported(isa i, const settings::setting& as = isa_setting,
   }
   return i;
 }
+#endif
 
 /// A path by name, as setting `as` gives it.
 inline isa parse_isa(std::string_view s, const settings::setting& as = isa_setting) {

@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "xtpu/config.hpp"
 #include "xtpu/dtype/precision.hpp"
 #include "xtpu/kernels/mxu.hpp"
 #include "xtpu/kernels/reference.hpp"
@@ -114,8 +115,11 @@ inline void accumulate(float* r, const float* s, std::size_t n, bool nan_to_zero
 /// and HIGHEST; DEFAULT calls pass() directly. The dots are independent: small ones run side
 /// by side on separate threads, large ones one after the other with every thread; the adds
 /// then follow DESIGN.md §4's order, so the bits do not depend on the schedule.
-inline void multi_pass(precision p, const float* a, const float* b, float* c, std::size_t M, std::size_t N,
-                       std::size_t K, isa path, int threads) {
+XTPU_RUNTIME_INLINE void multi_pass(precision p, const float* a, const float* b, float* c, std::size_t M, std::size_t N,
+                                    std::size_t K, isa path, int threads);
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE void multi_pass(precision p, const float* a, const float* b, float* c, std::size_t M, std::size_t N,
+                                    std::size_t K, isa path, int threads) {
   // scratch kept per thread: a step's matmuls reuse it instead of allocating (and zeroing) it
   thread_local std::vector<float> ah, am, al, bh, bm, bl, dots;
   for (auto* v : {&ah, &am, &al}) v->resize(std::max(v->size(), M * K));
@@ -139,5 +143,6 @@ inline void multi_pass(precision p, const float* a, const float* b, float* c, st
   for (std::size_t i = 1; i + 1 < terms.size(); ++i) accumulate(c, out + i * M * N, M * N);
   accumulate(c, out + (terms.size() - 1) * M * N, M * N, /*nan_to_zero*/ true);
 }
+#endif
 
 }  // namespace xtpu::mxu

@@ -34,6 +34,7 @@
 #include <array>
 #include <vector>
 
+#include "xtpu/config.hpp"
 #include "xtpu/dtype/bf16.hpp"
 #include "xtpu/kernels/cpu.hpp"
 #include "xtpu/kernels/reference.hpp"
@@ -1569,8 +1570,13 @@ inline void pass_blocked(const matrix_view& a, const matrix_view& b, float* c, s
 /// b_version: nonzero when b's values are identified by (b.data, b_version) — a tensor's
 /// storage version — so its packing may be cached (detail::packed_cache); a product that
 /// runs transposed (detail::runs_transposed) packs b as its left operand and caches nothing.
-inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M, std::size_t N,
-                 std::size_t K, isa path, int threads, const epilogue* ep = nullptr, std::uint64_t b_version = 0) {
+XTPU_RUNTIME_INLINE void pass(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M,
+                              std::size_t N, std::size_t K, isa path, int threads, const epilogue* ep = nullptr,
+                              std::uint64_t b_version = 0);
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE void pass(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M,
+                              std::size_t N, std::size_t K, isa path, int threads, const epilogue* ep,
+                              std::uint64_t b_version) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     for (std::size_t i = 0; i < M; ++i) std::fill_n(c + i * ldc, N, 0.0f);
@@ -1590,6 +1596,7 @@ inline void pass(const matrix_view& a, const matrix_view& b, float* c, std::size
     for (std::size_t j = 0; j < N; ++j) c[i * ldc + j] = ct[j * M + i];
   if (ep) ep->fn(ep->ctx, 0, 0, M, N);
 }
+#endif
 
 /// Runs fn(batch, threads_for_it) for batches 0..n-1: whole batches on separate threads when
 /// each is small (splitting a small product costs more than it gains), else one after the

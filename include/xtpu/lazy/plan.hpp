@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "xtpu/config.hpp"
 #include "xtpu/device/device.hpp"
 #include "xtpu/eval/program.hpp"
 #include "xtpu/metrics/metrics.hpp"
@@ -128,17 +129,20 @@ struct time_sample {
 struct counters {
   metrics::detail::counter_cell &mark_step, &cached, &uncached, &sync_points, &sync_runs, &kernels, &cse, &dead, &mxu_cycles;
   metrics::detail::metric_cell &compile_time, &execute_time, &to_device, &from_device, &between_devices, &mxu_utilization;
-  static counters& get() {
-    auto& r = metrics::detail::registry::instance();
-    static counters c{r.counter("MarkStep"), r.counter("CachedCompile"), r.counter("UncachedCompile"),
-                      r.counter("SyncPoints"), r.counter("SyncPointExecutions"), r.counter("KernelLaunch"), r.counter("CseEliminated"),
-                      r.counter("DeadStatements"), r.counter("MxuCycles"), r.metric("CompileTime"),
-                      r.metric("ExecuteTime"), r.metric("TransferToDeviceTime"), r.metric("TransferFromDeviceTime"),
-                      r.metric("TransferDeviceToDeviceTime"),
-                      r.metric("MxuUtilization", metrics::unit::percent)};
-    return c;
-  }
+  static counters& get();
 };
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE counters& counters::get() {
+  auto& r = metrics::detail::registry::instance();
+  static counters c{r.counter("MarkStep"), r.counter("CachedCompile"), r.counter("UncachedCompile"),
+                    r.counter("SyncPoints"), r.counter("SyncPointExecutions"), r.counter("KernelLaunch"), r.counter("CseEliminated"),
+                    r.counter("DeadStatements"), r.counter("MxuCycles"), r.metric("CompileTime"),
+                    r.metric("ExecuteTime"), r.metric("TransferToDeviceTime"), r.metric("TransferFromDeviceTime"),
+                    r.metric("TransferDeviceToDeviceTime"),
+                    r.metric("MxuUtilization", metrics::unit::percent)};
+  return c;
+}
+#endif
 
 /// What the passes read: the step as recorded, which outputs are live, and which external
 /// tensors only the step still refers to (their buffers may be reused; step.hpp decides).

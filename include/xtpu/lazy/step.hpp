@@ -28,6 +28,9 @@
 // expression reading tensors of two chips); compilation_error (a compile after
 // no_recompile_after took effect: the step stays pending); config_error for a bad XTPU_* setting
 // (settings::check_environment, run by the first step or tensor).
+// Entry points (defined in one file under XTPU_SEPARATE_RUNTIME, xtpu/config.hpp): step::run,
+// explain, discard, record_erased and run_all; thread_steps::get and find_or_add; end_step;
+// settings::detail::check_every_variable.
 #pragma once
 
 #include <atomic>
@@ -45,6 +48,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "xtpu/config.hpp"
 #include "xtpu/device/device.hpp"
 #include "xtpu/error.hpp"
 #include "xtpu/fingerprint/hash.hpp"
@@ -292,22 +296,28 @@ class plan_cache {
 }  // namespace xtpu::detail
 
 namespace xtpu::settings {
+namespace detail {
+XTPU_RUNTIME_INLINE bool check_every_variable();
+#if XTPU_RUNTIME_BODIES
+XTPU_RUNTIME_INLINE bool check_every_variable() {
+  (void)device::default_device();  // XTPU_DEVICE, XTPU_MEMORY_FRACTION
+  (void)kernels::detail::isa_cell();
+  (void)kernels::detail::threads_cell();
+  (void)xtpu::detail::plan_cache::instance();  // XTPU_CACHE_SIZE
+  (void)xtpu::detail::use_bf16_cell();         // XTPU_USE_BF16
+  (void)debug::detail::level_cell();           // XTPU_DEBUG
+  (void)trace::detail::recorder::get();        // XTPU_TRACE: recording starts here
+  trace::detail::recorder::listener().store(&xtpu::detail::follow_trace, std::memory_order_release);
+  xtpu::detail::follow_trace(trace::enabled());  // the pool reports to a trace while one records
+  return true;
+}
+#endif
+}  // namespace detail
 /// Reads and checks every XTPU_* variable (settings.hpp's rule); the first bad one throws, and
 /// keeps throwing until it is fixed. The first tensor or step of a program calls it, so a bad
 /// setting fails at start-up, not inside the first matmul.
 inline void check_environment() {
-  static const bool checked = [] {
-    (void)device::default_device();  // XTPU_DEVICE, XTPU_MEMORY_FRACTION
-    (void)kernels::detail::isa_cell();
-    (void)kernels::detail::threads_cell();
-    (void)xtpu::detail::plan_cache::instance();  // XTPU_CACHE_SIZE
-    (void)xtpu::detail::use_bf16_cell();         // XTPU_USE_BF16
-    (void)debug::detail::level_cell();           // XTPU_DEBUG
-    (void)trace::detail::recorder::get();        // XTPU_TRACE: recording starts here
-    trace::detail::recorder::listener().store(&xtpu::detail::follow_trace, std::memory_order_release);
-    xtpu::detail::follow_trace(trace::enabled());  // the pool reports to a trace while one records
-    return true;
-  }();
+  static const bool checked = detail::check_every_variable();
   (void)checked;
 }
 }  // namespace xtpu::settings
@@ -383,109 +393,19 @@ class step {
 
   /// The plan of what is pending, as text (lazy/plan.hpp's dump), compiling it if it is not
   /// cached — so the next mark_step() of the same step is a cache hit. Runs nothing.
-  std::string explain() {
-    if (stmts_.empty()) return "plan: nothing pending\n";
-    struct guard {  // the step stays as recorded, whatever happens
-      step& s;
-      std::size_t g0 = s.signature_.size();
-      ~guard() { s.undo_compiled(g0); }
-    } undo{*this};
-    return dump(*compiled(counters::get(), nullptr), stmts_, signature_);
-  }
+  std::string explain();
 
   /// Drops everything pending (xtpu::discard_step). A result that someone outside the step
   /// holds gets back the value its assignment replaced (the first value before this step, down
   /// the chain of assignments within it); other results get no value (discarded). Strong
   /// guarantee: out_of_memory only when a replaced value is held twice and its copy does not fit.
-  void discard() {
-    if (stmts_.empty()) return;
-    const std::size_t n = stmts_.size();
-    std::vector<std::shared_ptr<storage>> outs(n);
-    for (std::size_t i = 0; i < n; ++i) outs[i] = stmts_[i].out.lock();
-    std::unordered_map<const storage*, long> internal;  // references the step itself holds
-    for (const auto& o : outs)
-      if (o) {
-        ++internal[o.get()];
-        if (o->previous) ++internal[o->previous.get()];
-      }
-    for (const auto& l : leaves_) ++internal[l.get()];
-    struct restore {
-      storage* to;
-      std::shared_ptr<storage> from;  // the value replaced: computed before this step
-      device_buffer copy;             // empty: `to` takes from's buffer
-    };
-    std::vector<restore> restores;
-    struct replaced {
-      long wanted = 0;     // the results that get it
-      bool taken = false;  // its buffer went to one of them
-    };
-    std::unordered_map<const storage*, replaced> values;
-    for (const auto& o : outs) {
-      if (!o || o.use_count() <= internal[o.get()]) continue;  // only the step holds it: no one reads it
-      std::shared_ptr<storage> r = o->previous;
-      while (r && r->owner.load(std::memory_order_acquire) == this) r = r->previous;
-      if (!r || r->owner.load(std::memory_order_acquire) != nullptr || !r->buffer) continue;
-      ++values[r.get()].wanted;
-      restores.push_back(restore{o.get(), std::move(r), {}});
-    }
-    // a replaced value no one else holds goes to its first result; every other one gets a copy
-    for (auto& re : restores) {
-      replaced& v = values[re.from.get()];
-      const bool held = re.from.use_count() > internal[re.from.get()] + v.wanted;
-      if (!held && !v.taken) {
-        v.taken = true;
-        continue;
-      }
-      re.copy = device_buffer(*re.from->dev, re.from->buffer.bytes(), "value restored by discard_step",
-                              re.from->buffer.charged());
-      std::memcpy(re.copy.data(), re.from->buffer.data(), re.from->buffer.bytes());
-    }
-    // nothing throws from here (every copy is made: a taken buffer can move)
-    for (const auto& o : outs)
-      if (o) o->owner.store(discarded, std::memory_order_release);
-    for (auto& re : restores) {
-      re.to->buffer = re.copy ? std::move(re.copy) : std::move(re.from->buffer);
-      if (re.to->dev != re.from->dev) re.to->dev = re.from->dev;  // a chain across devices
-      re.to->owner.store(nullptr, std::memory_order_release);
-    }
-    restores.clear();
-    for (const auto& o : outs)
-      if (o) o->previous.reset();
-    outs.clear();
-    forget();
-  }
+  void discard();
 
   /// Compiles (or finds) and runs everything pending. On an exception the step stays pending
   /// as it was recorded: the run holds no tensor alive afterwards and every buffer it allocated
   /// is freed, so it can be retried any number of times, after dropping pending tensors or
   /// freeing memory.
-  void run(const debug::trigger& why) {
-    if (stmts_.empty()) {
-      settle_thread();
-      return;
-    }
-    auto& c = counters::get();
-    const std::size_t g0 = signature_.size();
-    arena_grown_ = false;
-    trace::detail::span traced("step", "step", trace_pid());
-    if (traced.active())
-      traced.add_args("\"cause\": " + trace::detail::json_string(debug::cause_text(why.why)) + ", \"called from\": " +
-                      trace::detail::json_string(debug::detail::frame_text(why.where)) +
-                      ", \"statements\": " + std::to_string(stmts_.size()));
-    try {
-      const auto p = compiled(c, &why);
-      if (debug::level() >= 2) debug::detail::emit(debug::analysis("Execution", graph_info(why)));
-      execute(*p);
-    } catch (...) {
-      for (auto& o : outputs_)  // outputs are fresh storages: nothing but this run gave them memory
-        if (o) o->buffer = device_buffer();
-      buffers_.clear();
-      if (arena_grown_) arena_ = device_buffer();  // grown for this run: give it back
-      undo_compiled(g0);
-      throw;
-    }
-    settle_thread();
-  }
+  void run(const debug::trigger& why);
 
  private:
   /// Undoes compiled(): drops the held outputs and the liveness words appended after g0.
@@ -602,38 +522,10 @@ class step {
 
   /// record's body, which does not depend on the expression's type: one copy per program, not
   /// one per statement type. collect(e, r) hands e's leaves and scalars to r.
-  [[gnu::noinline]] std::shared_ptr<storage> record_erased(const void* e, void (*collect)(const void*, recorder&),
-                                                           std::uint64_t fingerprint, const kernel_desc* kernels,
-                                                           std::uint32_t n_kernels, const kernel_desc* fused,
-                                                           vjp_fn vjp, const xtpu::source_location& where) {
-    const std::size_t l0 = leaves_.size(), s0 = scalars_.size(), g0 = signature_.size();
-    const std::uint32_t x0 = n_external_;
-    std::shared_ptr<storage> out;
-    try {
-      out = std::make_shared<storage>(*chip_);
-      recorder r{&leaves_, &scalars_, &origins_};
-      collect(e, r);
-      signature_.push_back(fingerprint);
-      for (std::size_t i = l0; i < leaves_.size(); ++i) signature_.push_back(wire(*leaves_[i]));
-      for (std::size_t i = s0; i < scalars_.size(); ++i) signature_.push_back(scalar_slot(i));
-      stmts_.push_back(statement{kernels, n_kernels, fused, static_cast<std::uint32_t>(l0),
-                                 static_cast<std::uint32_t>(leaves_.size() - l0), static_cast<std::uint32_t>(s0),
-                                 static_cast<std::uint32_t>(g0), out, vjp,
-                                 recording_site() != nullptr ? *recording_site() : where});
-    } catch (...) {
-      leaves_.resize(l0);
-      scalars_.resize(s0);
-      origins_.resize(s0);
-      signature_.resize(g0);
-      externals_.drop_from(x0);
-      scalar_slots_.drop_from(static_cast<std::uint32_t>(s0));
-      n_external_ = x0;
-      throw;
-    }
-    out->producer = static_cast<std::uint32_t>(stmts_.size() - 1);
-    out->owner.store(this, std::memory_order_release);
-    return out;
-  }
+  /// (not inlined: one copy per program)
+  std::shared_ptr<storage> record_erased(const void* e, void (*collect)(const void*, recorder&), std::uint64_t fingerprint,
+                                         const kernel_desc* kernels, std::uint32_t n_kernels, const kernel_desc* fused,
+                                         vjp_fn vjp, const xtpu::source_location& where);
   template <class E>
   static void collect_of(const void* e, recorder& r) {
     static_cast<const E*>(e)->collect(r);
@@ -929,16 +821,10 @@ class step {
 /// This thread's steps, one per chip it has recorded on, in the order first used.
 class thread_steps {
  public:
-  static thread_steps& get() {
-    thread_local thread_steps t;
-    return t;
-  }
+  static thread_steps& get();
   step& of(chip& c) {
     if (last_ != nullptr && &last_->on() == &c) return *last_;
-    for (auto& s : steps_)
-      if (&s->on() == &c) return *(last_ = s.get());
-    steps_.push_back(std::make_unique<step>(c));
-    return *(last_ = steps_.back().get());
+    return find_or_add(c);
   }
   template <class F>
   void for_each(F f) {
@@ -966,6 +852,7 @@ class thread_steps {
   }
 
  private:
+  step& find_or_add(chip& c);
   std::vector<std::unique_ptr<step>> steps_;
   step* last_ = nullptr;
   std::vector<std::function<void()>> undo_;
@@ -1063,11 +950,154 @@ class undoable {
   std::uint64_t kept_in_ = 0;  // the undo list holding its snapshot (thread_steps::undo_list)
 };
 
-inline step& step::of(chip& c) { return thread_steps::get().of(c); }
-inline void step::run_all(const debug::trigger& why) {
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE std::string step::explain() {
+  if (stmts_.empty()) return "plan: nothing pending\n";
+  struct guard {  // the step stays as recorded, whatever happens
+    step& s;
+    std::size_t g0 = s.signature_.size();
+    ~guard() { s.undo_compiled(g0); }
+  } undo{*this};
+  return dump(*compiled(counters::get(), nullptr), stmts_, signature_);
+}
+
+XTPU_RUNTIME_INLINE void step::discard() {
+  if (stmts_.empty()) return;
+  const std::size_t n = stmts_.size();
+  std::vector<std::shared_ptr<storage>> outs(n);
+  for (std::size_t i = 0; i < n; ++i) outs[i] = stmts_[i].out.lock();
+  std::unordered_map<const storage*, long> internal;  // references the step itself holds
+  for (const auto& o : outs)
+    if (o) {
+      ++internal[o.get()];
+      if (o->previous) ++internal[o->previous.get()];
+    }
+  for (const auto& l : leaves_) ++internal[l.get()];
+  struct restore {
+    storage* to;
+    std::shared_ptr<storage> from;  // the value replaced: computed before this step
+    device_buffer copy;             // empty: `to` takes from's buffer
+  };
+  std::vector<restore> restores;
+  struct replaced {
+    long wanted = 0;     // the results that get it
+    bool taken = false;  // its buffer went to one of them
+  };
+  std::unordered_map<const storage*, replaced> values;
+  for (const auto& o : outs) {
+    if (!o || o.use_count() <= internal[o.get()]) continue;  // only the step holds it: no one reads it
+    std::shared_ptr<storage> r = o->previous;
+    while (r && r->owner.load(std::memory_order_acquire) == this) r = r->previous;
+    if (!r || r->owner.load(std::memory_order_acquire) != nullptr || !r->buffer) continue;
+    ++values[r.get()].wanted;
+    restores.push_back(restore{o.get(), std::move(r), {}});
+  }
+  // a replaced value no one else holds goes to its first result; every other one gets a copy
+  for (auto& re : restores) {
+    replaced& v = values[re.from.get()];
+    const bool held = re.from.use_count() > internal[re.from.get()] + v.wanted;
+    if (!held && !v.taken) {
+      v.taken = true;
+      continue;
+    }
+    re.copy = device_buffer(*re.from->dev, re.from->buffer.bytes(), "value restored by discard_step",
+                            re.from->buffer.charged());
+    std::memcpy(re.copy.data(), re.from->buffer.data(), re.from->buffer.bytes());
+  }
+  // nothing throws from here (every copy is made: a taken buffer can move)
+  for (const auto& o : outs)
+    if (o) o->owner.store(discarded, std::memory_order_release);
+  for (auto& re : restores) {
+    re.to->buffer = re.copy ? std::move(re.copy) : std::move(re.from->buffer);
+    if (re.to->dev != re.from->dev) re.to->dev = re.from->dev;  // a chain across devices
+    re.to->owner.store(nullptr, std::memory_order_release);
+  }
+  restores.clear();
+  for (const auto& o : outs)
+    if (o) o->previous.reset();
+  outs.clear();
+  forget();
+}
+
+XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
+  if (stmts_.empty()) {
+    settle_thread();
+    return;
+  }
+  auto& c = counters::get();
+  const std::size_t g0 = signature_.size();
+  arena_grown_ = false;
+  trace::detail::span traced("step", "step", trace_pid());
+  if (traced.active())
+    traced.add_args("\"cause\": " + trace::detail::json_string(debug::cause_text(why.why)) + ", \"called from\": " +
+                    trace::detail::json_string(debug::detail::frame_text(why.where)) +
+                    ", \"statements\": " + std::to_string(stmts_.size()));
+  try {
+    const auto p = compiled(c, &why);
+    if (debug::level() >= 2) debug::detail::emit(debug::analysis("Execution", graph_info(why)));
+    execute(*p);
+  } catch (...) {
+    for (auto& o : outputs_)  // outputs are fresh storages: nothing but this run gave them memory
+      if (o) o->buffer = device_buffer();
+    buffers_.clear();
+    if (arena_grown_) arena_ = device_buffer();  // grown for this run: give it back
+    undo_compiled(g0);
+    throw;
+  }
+  settle_thread();
+}
+
+[[gnu::noinline]] XTPU_RUNTIME_INLINE std::shared_ptr<storage> step::record_erased(
+    const void* e, void (*collect)(const void*, recorder&), std::uint64_t fingerprint, const kernel_desc* kernels,
+    std::uint32_t n_kernels, const kernel_desc* fused, vjp_fn vjp, const xtpu::source_location& where) {
+  const std::size_t l0 = leaves_.size(), s0 = scalars_.size(), g0 = signature_.size();
+  const std::uint32_t x0 = n_external_;
+  std::shared_ptr<storage> out;
+  try {
+    out = std::make_shared<storage>(*chip_);
+    recorder r{&leaves_, &scalars_, &origins_};
+    collect(e, r);
+    signature_.push_back(fingerprint);
+    for (std::size_t i = l0; i < leaves_.size(); ++i) signature_.push_back(wire(*leaves_[i]));
+    for (std::size_t i = s0; i < scalars_.size(); ++i) signature_.push_back(scalar_slot(i));
+    stmts_.push_back(statement{kernels, n_kernels, fused, static_cast<std::uint32_t>(l0),
+                               static_cast<std::uint32_t>(leaves_.size() - l0), static_cast<std::uint32_t>(s0),
+                               static_cast<std::uint32_t>(g0), out, vjp,
+                               recording_site() != nullptr ? *recording_site() : where});
+  } catch (...) {
+    leaves_.resize(l0);
+    scalars_.resize(s0);
+    origins_.resize(s0);
+    signature_.resize(g0);
+    externals_.drop_from(x0);
+    scalar_slots_.drop_from(static_cast<std::uint32_t>(s0));
+    n_external_ = x0;
+    throw;
+  }
+  out->producer = static_cast<std::uint32_t>(stmts_.size() - 1);
+  out->owner.store(this, std::memory_order_release);
+  return out;
+}
+
+XTPU_RUNTIME_INLINE thread_steps& thread_steps::get() {
+  thread_local thread_steps t;
+  return t;
+}
+
+XTPU_RUNTIME_INLINE step& thread_steps::find_or_add(chip& c) {
+  for (auto& s : steps_)
+    if (&s->on() == &c) return *(last_ = s.get());
+  steps_.push_back(std::make_unique<step>(c));
+  return *(last_ = steps_.back().get());
+}
+
+XTPU_RUNTIME_INLINE void step::run_all(const debug::trigger& why) {
   settings::check_environment();
   thread_steps::get().for_each([&](step& s) { s.run(why); });
 }
+#endif  // XTPU_RUNTIME_BODIES
+
+inline step& step::of(chip& c) { return thread_steps::get().of(c); }
 
 /// The chip a leaf-free expression (zeros, random, a scalar) or the first tensor of an
 /// expression lives on — where the statement `t = e` is recorded (step::wire checks the rest).
@@ -1105,11 +1135,14 @@ namespace xtpu {
 /// step, then reused). The torch_xla `xm.mark_step()`.
 namespace detail {
 /// mark_step's body, for the calls that run a step at a step's end (optimizer_step too).
-inline void end_step(const debug::trigger& why) {
+XTPU_RUNTIME_INLINE void end_step(const debug::trigger& why);
+#if XTPU_RUNTIME_BODIES
+XTPU_RUNTIME_INLINE void end_step(const debug::trigger& why) {
   counters::get().mark_step.add();
   step::run_all(why);
   debug::detail::note_step();
 }
+#endif
 }  // namespace detail
 
 /// Runs everything this thread has pending, on every device, as one step per device.

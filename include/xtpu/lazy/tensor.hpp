@@ -35,6 +35,7 @@
 #include <xtensor/xfixed.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "xtpu/config.hpp"
 #include "xtpu/expr/composite.hpp"
 #include "xtpu/expr/generators.hpp"
 #include "xtpu/expr/ops.hpp"
@@ -99,7 +100,9 @@ inline constexpr bool is_host_fixed_v<xt::xtensor_fixed<T, xt::xshape<D...>>> = 
 /// are pending runs them all first); sync_error if another thread's step computes s. `where`:
 /// the user's call that reads (XTPU_DEBUG counts it, and a trace marks it, when it ran
 /// statements).
-inline void sync(const storage& s, const xtpu::source_location& where) {
+XTPU_RUNTIME_INLINE void sync(const storage& s, const xtpu::source_location& where);
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE void sync(const storage& s, const xtpu::source_location& where) {
   counters::get().sync_points.add();
   step& st = step::of(*s.dev);
   const bool runs = st.size() != 0;
@@ -113,6 +116,7 @@ inline void sync(const storage& s, const xtpu::source_location& where) {
   }
   if (const void* o = s.owner.load(std::memory_order_acquire); o != nullptr) throw_not_readable(o);
 }
+#endif
 
 /// Host and device element types must be the same (E502): xtpu converts on the device, not here.
 template <class Host, class T>

@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "xtpu/config.hpp"
 #include "xtpu/settings.hpp"
 #include "xtpu/source_location.hpp"
 
@@ -254,12 +255,16 @@ inline sync_tally::~sync_tally() {
 }
 
 /// A read ran pending statements (level >= 1 counts it by where it was called).
-inline void note_sync(const xtpu::source_location& where) {
+XTPU_RUNTIME_INLINE void note_sync(const xtpu::source_location& where);
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE void note_sync(const xtpu::source_location& where) {
   if (level() < 1) return;
   auto& t = sync_tally::get();
   std::lock_guard lock(t.mu);
   ++t.by_frame[frame_text(where)];
 }
+#endif
+
 
 /// Why the latest plan compiled (one line; the CompileTime warning repeats it).
 struct latest_compile {

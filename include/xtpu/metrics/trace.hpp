@@ -17,6 +17,7 @@
 // Errors: none thrown — a file that cannot be written is reported on standard error at stop().
 #pragma once
 
+#include "xtpu/config.hpp"
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -64,10 +65,7 @@ struct event {
 
 class recorder {
  public:
-  static recorder& get() {
-    static recorder r;
-    return r;
-  }
+  static recorder& get();
   bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
   void start(std::string path) {
     const bool on = !path.empty();
@@ -171,6 +169,12 @@ class recorder {
   std::vector<event> events_;
   std::map<int, std::string> processes_;
 };
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE recorder& recorder::get() {
+  static recorder r;
+  return r;
+}
+#endif
 
 /// A complete event from construction to destruction, when tracing was on at construction
 /// (else it costs one relaxed load). Arguments, JSON object members such as
@@ -193,20 +197,25 @@ class span {
     if (active_) args_ += (args_.empty() ? "" : ", ") + more;
   }
   ~span() {
-    if (!active_) return;
-    auto& r = recorder::get();
-    const auto t1 = clock::now();
-    r.add(event{std::move(name_), cat_, 'X', r.since_start_us(t0_), std::chrono::duration<double, std::micro>(t1 - t0_).count(),
-                pid_, r.thread_id(), std::move(args_)});
+    if (active_) end();
   }
 
  private:
+  void end();  // adds the event
   bool active_ = false;
   const char* cat_ = "";
   std::string name_, args_;
   int pid_ = 0;
   clock::time_point t0_;
 };
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
+XTPU_RUNTIME_INLINE void span::end() {
+  auto& r = recorder::get();
+  const auto t1 = clock::now();
+  r.add(event{std::move(name_), cat_, 'X', r.since_start_us(t0_), std::chrono::duration<double, std::micro>(t1 - t0_).count(),
+              pid_, r.thread_id(), std::move(args_)});
+}
+#endif
 
 /// An instant event (a sync point).
 inline void instant(const char* cat, std::string name, int pid, std::string args = {}) {
