@@ -17,7 +17,6 @@
 // Errors: none thrown — a file that cannot be written is reported on standard error at stop().
 #pragma once
 
-#include "xtpu/config.hpp"
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -29,6 +28,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "xtpu/config.hpp"
 
 namespace xtpu::trace {
 
