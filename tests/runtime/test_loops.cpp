@@ -459,6 +459,27 @@ TEST(Loops, RowLoopsGiveTheBitsOfSeparateStatements) {
   });
 }
 
+// y = c() / sum<1>(c(), keepdim) as one statement — a row loop whose sum keeps c's values in
+// the output and reads them back — against c, its sum and the division as separate statements:
+// the same bits. Returns y's values (every_path compares them across paths and threads).
+template <std::size_t R, std::size_t N, class C>
+std::vector<float> divided_by_its_row_sum(C c) {
+  xtpu::tensor<float, R, N> y = c() / xtpu::sum<1>(c(), xtpu::keepdim);
+  const std::string plan = xtpu::lazy::explain();
+  xtpu::mark_step();
+  EXPECT_NE(plan.find("row loop -> out"), std::string::npos) << plan;
+  xtpu::tensor<float, R, N> c2 = c();
+  xtpu::mark_step();
+  xtpu::tensor<float, R, 1> s2 = xtpu::sum<1>(c2, xtpu::keepdim);
+  xtpu::mark_step();
+  xtpu::tensor<float, R, N> y2 = c2 / s2;
+  xtpu::mark_step();
+  EXPECT_EQ(host(y), host(y2));
+  std::vector<float> out;
+  append(out, y);
+  return out;
+}
+
 // Only the kept reduction writes its child's values into the output: the kept subtree here,
 // exp(max(y) - x), begins with a reduction of its own whose child (y, twice as wide as the
 // output) starts at the same slots as the kept subtree; taken for the kept one, it wrote y's
@@ -468,49 +489,20 @@ TEST(Loops, OnlyTheKeptReductionWritesTheOutput) {
   auto x = device<float, R, n>(values(R * n, 24, 2.0f));
   auto y = device<float, R, 2 * n>(values(R * 2 * n, 25, 2.0f));
   every_path([&] {
-    auto c = [&] { return xtpu::exp(xtpu::max<1>(y, xtpu::keepdim) - x); };
-    xtpu::tensor<float, R, n> e = c() / xtpu::sum<1>(c(), xtpu::keepdim);
-    const std::string plan = xtpu::lazy::explain();
-    xtpu::mark_step();
-    EXPECT_NE(plan.find("row loop -> out"), std::string::npos) << plan;
-    xtpu::tensor<float, R, n> c2 = c();
-    xtpu::mark_step();
-    xtpu::tensor<float, R, 1> s2 = xtpu::sum<1>(c2, xtpu::keepdim);
-    xtpu::mark_step();
-    xtpu::tensor<float, R, n> e2 = c2 / s2;
-    xtpu::mark_step();
-    EXPECT_EQ(host(e), host(e2));
-    std::vector<float> out;
-    append(out, e);
-    return out;
+    return divided_by_its_row_sum<R, n>([&] { return xtpu::exp(xtpu::max<1>(y, xtpu::keepdim) - x); });
   });
 }
 
 // A kept subtree with a column of its own: T = x * rsqrt(mean(x*x) + eps) is summed and then
 // divided by that sum (an RMS norm followed by a normalisation), so the sum keeps T's values
 // and the column rsqrt(...) lies inside the kept subtree. 700 rows of 60: more rows than a
-// column block (512), a last block that is short. The bits of the separate statements.
+// column block (512), a last block that is short. (T as a statement of its own is a row loop
+// with that column too: RowLoopColumnsGiveTheBitsOfAStoredColumn holds it to a stored column.)
 TEST(Loops, AKeptSubtreeWithAColumnGivesTheBitsOfSeparateStatements) {
   constexpr std::size_t R = 700, n = 60;
   auto x = device<float, R, n>(values(R * n, 26, 3.0f));
   every_path([&] {
-    auto t = [&] { return x * xtpu::rsqrt(xtpu::mean<1>(x * x, xtpu::keepdim) + 1e-5f); };
-    xtpu::tensor<float, R, n> y = t() / xtpu::sum<1>(t(), xtpu::keepdim);
-    const std::string plan = xtpu::lazy::explain();
-    xtpu::mark_step();
-    EXPECT_NE(plan.find("row loop -> out"), std::string::npos) << plan;
-    xtpu::tensor<float, R, 1> r = xtpu::rsqrt(xtpu::mean<1>(x * x, xtpu::keepdim) + 1e-5f);
-    xtpu::mark_step();
-    xtpu::tensor<float, R, n> t2 = x * r;
-    xtpu::mark_step();
-    xtpu::tensor<float, R, 1> s2 = xtpu::sum<1>(t2, xtpu::keepdim);
-    xtpu::mark_step();
-    xtpu::tensor<float, R, n> y2 = t2 / s2;
-    xtpu::mark_step();
-    EXPECT_EQ(host(y), host(y2));
-    std::vector<float> out;
-    append(out, y);
-    return out;
+    return divided_by_its_row_sum<R, n>([&] { return x * xtpu::rsqrt(xtpu::mean<1>(x * x, xtpu::keepdim) + 1e-5f); });
   });
 }
 
