@@ -11,7 +11,8 @@
 #define XTPU_VERSION_PATCH 0
 
 // XTPU_SEPARATE_RUNTIME: when defined (for every file of a program), the runtime's entry points
-// — running, explaining and dropping a step, recording a statement's type-free part — are only
+// — running, explaining and dropping a step, recording a statement's type-free part, the MXU's
+// passes, making the process's singletons (the list: docs/architecture.md) — are only
 // declared, and one file of the program defines them by including <xtpu/runtime.hpp> first:
 // the rest of the runtime (the planner, the step's execution, XTPU_DEBUG's and the trace's
 // text, the MXU's packing) is then compiled in that file alone, not in every file that runs a

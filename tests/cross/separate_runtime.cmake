@@ -24,7 +24,8 @@ set(problems "")
 # internals: defined only in the runtime's file
 foreach(internal "xtpu::detail::planner::" "xtpu::detail::step::compiled" "xtpu::detail::step::execute"
                  "xtpu::debug::analysis" "xtpu::detail::differences" "xtpu::trace::detail::recorder::write_locked"
-                 "xtpu::mxu::detail::pass_region" "xtpu::detail::chip_registry::chip_registry" "xtpu::detail::step::run(")
+                 "xtpu::mxu::detail::pass_region" "xtpu::detail::chip_registry::chip_registry" "xtpu::detail::step::run("
+                 "xtpu::detail::thread_steps::~thread_steps")
   symbol_regex(re "${internal}")
   string(REGEX MATCH "\n[0-9a-f]+ [A-Za-z] ${re}[^\n]*" hit "${symbols}")
   if(hit)

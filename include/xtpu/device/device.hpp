@@ -352,12 +352,20 @@ namespace detail {
 /// never moves). The default device (XTPU_DEVICE, chip 0) is made first.
 class chip_registry {
  public:
-  static chip_registry& instance();
+  /// The registry: an atomic pointer read once made (inline: every tensor a step makes asks
+  /// for the current device), make() the first time.
+  static chip_registry& instance() {
+    if (chip_registry* r = made_.load(std::memory_order_acquire)) [[likely]]
+      return *r;
+    return make();
+  }
   chip& default_chip() noexcept { return *default_; }
   chip& get(const generation& g, int index);
 
  private:
   chip_registry();
+  static chip_registry& make();
+  static inline std::atomic<chip_registry*> made_{nullptr};
   std::mutex mu_;
   std::deque<chip> chips_;
   std::deque<device> handles_;
@@ -365,8 +373,9 @@ class chip_registry {
 };
 
 #if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
-XTPU_RUNTIME_INLINE chip_registry& chip_registry::instance() {
+XTPU_RUNTIME_INLINE chip_registry& chip_registry::make() {
   static chip_registry r;
+  made_.store(&r, std::memory_order_release);
   return r;
 }
 #endif

@@ -29,7 +29,7 @@
 // no_recompile_after took effect: the step stays pending); config_error for a bad XTPU_* setting
 // (settings::check_environment, run by the first step or tensor).
 // Entry points (defined in one file under XTPU_SEPARATE_RUNTIME, xtpu/config.hpp): step::run,
-// explain, discard, record_erased and run_all; thread_steps::get and find_or_add; end_step;
+// explain, discard, record_erased and run_all; thread_steps::make and find_or_add; end_step;
 // settings::detail::check_every_variable.
 #pragma once
 
@@ -298,7 +298,7 @@ class plan_cache {
 namespace xtpu::settings {
 namespace detail {
 XTPU_RUNTIME_INLINE bool check_every_variable();
-#if XTPU_RUNTIME_BODIES
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
 XTPU_RUNTIME_INLINE bool check_every_variable() {
   (void)device::default_device();  // XTPU_DEVICE, XTPU_MEMORY_FRACTION
   (void)kernels::detail::isa_cell();
@@ -821,7 +821,13 @@ class step {
 /// This thread's steps, one per chip it has recorded on, in the order first used.
 class thread_steps {
  public:
-  static thread_steps& get();
+  /// This thread's steps: a read of a thread_local pointer once made (inline, so that recording
+  /// a statement calls nothing out of line), make() the first time on a thread.
+  static thread_steps& get() {
+    if (thread_steps* t = this_thread_) [[likely]]
+      return *t;
+    return make();
+  }
   step& of(chip& c) {
     if (last_ != nullptr && &last_->on() == &c) return *last_;
     return find_or_add(c);
@@ -852,6 +858,8 @@ class thread_steps {
   }
 
  private:
+  static constinit inline thread_local thread_steps* this_thread_ = nullptr;
+  static thread_steps& make();
   step& find_or_add(chip& c);
   std::vector<std::unique_ptr<step>> steps_;
   step* last_ = nullptr;
@@ -1079,9 +1087,9 @@ XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
   return out;
 }
 
-XTPU_RUNTIME_INLINE thread_steps& thread_steps::get() {
+XTPU_RUNTIME_INLINE thread_steps& thread_steps::make() {
   thread_local thread_steps t;
-  return t;
+  return *(this_thread_ = &t);
 }
 
 XTPU_RUNTIME_INLINE step& thread_steps::find_or_add(chip& c) {
@@ -1136,7 +1144,7 @@ namespace xtpu {
 namespace detail {
 /// mark_step's body, for the calls that run a step at a step's end (optimizer_step too).
 XTPU_RUNTIME_INLINE void end_step(const debug::trigger& why);
-#if XTPU_RUNTIME_BODIES
+#if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
 XTPU_RUNTIME_INLINE void end_step(const debug::trigger& why) {
   counters::get().mark_step.add();
   step::run_all(why);

@@ -265,7 +265,6 @@ XTPU_RUNTIME_INLINE void note_sync(const xtpu::source_location& where) {
 }
 #endif
 
-
 /// Why the latest plan compiled (one line; the CompileTime warning repeats it).
 struct latest_compile {
   std::mutex mu;
