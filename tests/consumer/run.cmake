@@ -1,5 +1,6 @@
 # Installs xtpu into a scratch prefix, then configures, builds and runs a separate project
-# that finds it with find_package(xtpu CONFIG REQUIRED).
+# that finds it with find_package(xtpu CONFIG REQUIRED): one program header only (xtpu::xtpu),
+# the same with the runtime compiled once (xtpu::runtime).
 set(build ${XTPU_WORK_DIR}/xtpu-build)
 set(prefix ${XTPU_WORK_DIR}/prefix)
 set(app ${XTPU_WORK_DIR}/app-build)
@@ -18,3 +19,5 @@ run(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/project -B ${app} -DCMAKE_PREF
 run(${CMAKE_COMMAND} --build ${app})
 run(${app}/consumer)
 message(STATUS "consumer: ${out}")
+run(${app}/consumer_runtime)
+message(STATUS "consumer with xtpu::runtime: ${out}")
