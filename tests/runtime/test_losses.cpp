@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -146,6 +147,31 @@ TEST(Losses, KdSoftCeMatchesSeedDefinitionAndDetachesTheTeacher) {
   EXPECT_NEAR(loss.item(), f(widen(sv)), 1e-6);
   EXPECT_TRUE(all_near(host(ds), numeric_grad(widen(sv), f), 1e-4, 1e-6));
   EXPECT_EQ(host(dt), std::vector<double>(B * C, 0.0));  // the teacher is detached
+}
+
+// The seed's operations, not a rewrite of them: logits divided by T (a multiply by 1/T rounds
+// differently unless T is a power of two), so the loss has the bits of the same formula
+// written out with xtpu's ops.
+TEST(Losses, KdSoftCeIsTheSeedsFormulaBitForBit) {
+  constexpr std::size_t R = 32, K = 50;
+  const auto sv = values(R * K, 9, 3.0f), tv = values(R * K, 10, 3.0f);
+  auto s = device<float, R, K>(sv);
+  auto t = device<float, R, K>(tv);
+  const auto bits = [](const std::vector<double>& v) {
+    std::vector<std::uint32_t> r;
+    for (double x : v) r.push_back(std::bit_cast<std::uint32_t>(static_cast<float>(x)));
+    return r;
+  };
+  for (const float T : {3.0f, 0.7f, 2.0f}) {
+    tensor<float> loss = xtpu::nn::kd_soft_ce(s, t, T);
+    tensor<float> by_hand =
+        xtpu::mean(-xtpu::sum<-1>(xtpu::detach(xtpu::softmax<-1>(t / T)) * xtpu::log_softmax<-1>(s / T))) * (T * T);
+    auto [ds] = xtpu::grad(loss, s);
+    auto [ds_by_hand] = xtpu::grad(by_hand, s);
+    xtpu::mark_step();
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(loss.item()), std::bit_cast<std::uint32_t>(by_hand.item())) << "T = " << T;
+    EXPECT_EQ(bits(host(ds)), bits(host(ds_by_hand))) << "T = " << T;
+  }
 }
 
 TEST(Losses, MseAndBinaryCrossEntropyWithLogits) {
