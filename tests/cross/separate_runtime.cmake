@@ -34,7 +34,8 @@ foreach(internal "xtpu::detail::planner::" "xtpu::detail::step::compiled" "xtpu:
   endif()
 endforeach()
 # entry points: called, not defined
-foreach(entry "xtpu::detail::end_step(" "xtpu::detail::sync(" "xtpu::detail::step::record_erased(" "xtpu::mxu::pass(")
+foreach(entry "xtpu::detail::end_step(" "xtpu::detail::sync(" "xtpu::detail::step::record_erased(" "xtpu::mxu::pass("
+              "xtpu::detail::thread_steps::make(" "xtpu::detail::chip_registry::make(")
   symbol_regex(re "${entry}")
   if(NOT symbols MATCHES "\n +U ${re}")
     list(APPEND problems "does not call ${entry}...) as an external symbol")

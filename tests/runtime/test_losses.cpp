@@ -149,9 +149,8 @@ TEST(Losses, KdSoftCeMatchesSeedDefinitionAndDetachesTheTeacher) {
   EXPECT_EQ(host(dt), std::vector<double>(B * C, 0.0));  // the teacher is detached
 }
 
-// The seed's operations, not a rewrite of them: logits divided by T (a multiply by 1/T rounds
-// differently unless T is a power of two), so the loss has the bits of the same formula
-// written out with xtpu's ops.
+// kd_soft_ce is the seed's formula in the seed's operations (nn/loss.hpp): the loss and its
+// gradient have the bits of that formula written out with xtpu's ops.
 TEST(Losses, KdSoftCeIsTheSeedsFormulaBitForBit) {
   constexpr std::size_t R = 32, K = 50;
   const auto sv = values(R * K, 9, 3.0f), tv = values(R * K, 10, 3.0f);

@@ -13,8 +13,10 @@
 //       (PyTorch raises; checking would be a host sync).
 //   kd_soft_ce(student, teacher, T)   seed 001's distillation loss: −Σ softmax(teacher/T) ·
 //       log_softmax(student/T) over the class axis, mean over the rest, times T², in the seed's
-//       operations (logits divided by T); the teacher is detached (no gradient reaches it). T
-//       is a run-time scalar.
+//       operations: the logits divided by T (a multiply by 1/T rounds otherwise unless T is a
+//       power of two); T² in float (the seed squares the Python float in double, which rounds
+//       otherwise for a T a float cannot hold, 0.7). The teacher is detached (no gradient
+//       reaches it). T is a run-time scalar.
 //   mse(a, b)   mean((a − b)²).
 //   binary_cross_entropy_with_logits(x, y)   mean((1 − y)·x + softplus(−x)): no overflow for
 //       any x, and the gradient sigmoid(x) − y (0.5 − y at 0).
@@ -60,8 +62,6 @@ tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float t
                          xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
   check::assign<typename detail::shape_of<Teacher>::type, typename detail::shape_of<Student>::type>();
-  // divided by T, as the seed writes it (a multiply by 1/T rounds differently unless T is a
-  // power of two)
   const auto logp = detail::as_tensor(log_softmax<-1>(cast<float>(student) / temperature));  // (..., C) f32
   const auto p_teacher = detach(softmax<-1>(cast<float>(teacher) / temperature));
   return mean(-sum<-1>(p_teacher * logp)) * (temperature * temperature);
