@@ -46,6 +46,7 @@
 #include "xtpu/kernels/thread_pool.hpp"
 #include "xtpu/lazy/config.hpp"
 #include "xtpu/lazy/fallback.hpp"
+#include "xtpu/lazy/memory.hpp"
 #include "xtpu/lazy/plan.hpp"
 #include "xtpu/lazy/step.hpp"
 #include "xtpu/lazy/tensor.hpp"

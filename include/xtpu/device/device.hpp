@@ -1,6 +1,7 @@
 // xtpu/device/device.hpp — the emulated TPU chips: generations, HBM accounting, device buffers.
 //
-// Provides: xtpu::generation (the DESIGN.md §5 table); xtpu::device, a handle to one emulated
+// Provides: xtpu::generation (the DESIGN.md §5 table; xtpu::v4, v5e, v5p, v6e, v7 name its
+// rows, constexpr); xtpu::device, a handle to one emulated
 // chip — `xtpu::device("v5e", 1)` names chip 1 of generation v5e, made on first use and kept
 // for the process, each chip with its own HBM accounting and caching allocator;
 // device::current() (where this thread's new tensors go: the default device unless a
@@ -57,6 +58,9 @@ inline constexpr std::array<generation, 5> generations{{
     {"v6e", 1, 2, 256, 256, 32 * gib, 918.0, 1638.0},
     {"v7", 2, 2, 256, 256, 192 * gib, 2307.0, 7380.0},
 }};
+/// The generations by name: `static_assert(bytes <= xtpu::v5e.hbm_bytes)`.
+inline constexpr const generation &v4 = generations[0], &v5e = generations[1], &v5p = generations[2],
+                                  &v6e = generations[3], &v7 = generations[4];
 
 class device;
 
@@ -95,6 +99,11 @@ inline double env_fraction() {
   return e ? settings::real(fraction_setting, *e) : 0.9;
 }
 
+/// The bytes a chip of `hbm` bytes hands out before out_of_memory, at memory fraction `fraction`.
+constexpr std::uint64_t capacity_of(std::uint64_t hbm, double fraction) noexcept {
+  return static_cast<std::uint64_t>(static_cast<double>(hbm) * fraction);
+}
+
 /// One emulated chip: its generation, its HBM accounting and its caching allocator.
 /// Thread-safe. Made and owned by chip_registry; users hold xtpu::device handles to it.
 class chip {
@@ -120,9 +129,7 @@ class chip {
   void set_hbm_bytes(std::uint64_t b) noexcept { hbm_bytes_.store(b); }
   double memory_fraction() const noexcept { return fraction_.load(); }
   void set_memory_fraction(double f) { fraction_.store(settings::real(fraction_setting, f)); }
-  std::uint64_t capacity() const noexcept {
-    return static_cast<std::uint64_t>(static_cast<double>(hbm_bytes()) * memory_fraction());
-  }
+  std::uint64_t capacity() const noexcept { return capacity_of(hbm_bytes(), memory_fraction()); }
   std::uint64_t bytes_in_use() const noexcept { return in_use_.load(); }
   std::uint64_t peak_bytes_in_use() const noexcept { return peak_.load(); }
   /// Starts the high-water mark again from what is in use now.
@@ -510,7 +517,7 @@ namespace detail {
 /// HBM charged for a buffer of `bytes` holding float values (is_float) or others: half under
 /// use_bf16 (`bf16`: now, or when a step's plan was compiled) for float — the one rule tensors
 /// and step outputs allocate by.
-inline std::size_t hbm_charge(std::size_t bytes, bool is_float, bool bf16 = use_bf16()) {
+constexpr std::size_t hbm_charge(std::size_t bytes, bool is_float, bool bf16 = use_bf16()) {
   return is_float && bf16 ? bytes / 2 : bytes;
 }
 }  // namespace detail

@@ -35,7 +35,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -57,12 +56,17 @@ struct backward_state;
 /// flow through (no floating leaf, recorded under no_grad, or itself a gradient statement).
 using vjp_fn = void (*)(step&, std::uint32_t, const std::shared_ptr<storage>&, backward_state&);
 
-/// What recording `t = e` leaves in the step.
-struct statement {
+/// What the passes read of a recorded statement: its kernel table and where its captures and
+/// signature words start (a literal type: memory::tape builds these at compile time).
+struct statement_core {
   const kernel_desc* kernels;
   std::uint32_t n_kernels;
   const kernel_desc* fused;  // the one-kernel matmul+epilogue alternative, or null
   std::uint32_t leaf_begin, n_leaves, scalar_begin, sig_begin;
+};
+
+/// What recording `t = e` leaves in the step.
+struct statement : statement_core {
   std::weak_ptr<storage> out;  // expired: nobody can see the result
   vjp_fn vjp = nullptr;
   xtpu::source_location where{};  // the user's line that recorded it (step.hpp's record_erased says which)
@@ -77,11 +81,11 @@ constexpr std::uint32_t code_index(std::uint64_t code) noexcept { return static_
 /// The words a signature ends with, after the donation bits: whether float results are stored
 /// as bf16, then the chip. append_trailer writes them (step.hpp's compiled()), trailer reads one.
 enum class trailer_word : std::size_t { bf16_storage, chip, count };
-inline void append_trailer(std::vector<std::uint64_t>& sig, bool bf16_storage, std::uint64_t chip) {
+constexpr void append_trailer(std::vector<std::uint64_t>& sig, bool bf16_storage, std::uint64_t chip) {
   sig.push_back(bf16_storage);  // stored f32 values rounded: other values, another plan
   sig.push_back(chip);          // a plan is compiled for one device, as XLA's are
 }
-inline std::uint64_t trailer(const std::vector<std::uint64_t>& sig, trailer_word w) {
+constexpr std::uint64_t trailer(const std::vector<std::uint64_t>& sig, trailer_word w) {
   return sig[sig.size() - static_cast<std::size_t>(trailer_word::count) + static_cast<std::size_t>(w)];
 }
 
@@ -115,7 +119,16 @@ struct plan {
   mxu::cost mxu;                 // the cycle model of every matmul the plan runs, on the device's generation
   /// Whether a statement whose root is `root` stores its result rounded to bf16 — the one rule
   /// the passes (common subexpressions) and the run (the stores, their HBM charge) follow.
-  bool rounds(const kernel_desc& root) const noexcept { return round_bf16 && root.f32; }
+  constexpr bool rounds(const kernel_desc& root) const noexcept { return round_bf16 && root.f32; }
+  std::size_t cse_eliminated = 0;  // kernels number_values found computed already
+  /// The HBM the run charges for live statement i's output when the kernels start: its
+  /// float output's charge (half under round_bf16), or nothing when it takes the buffer of its
+  /// donor, whose buffer carries `donor_charged` — the one rule step.hpp's run allocates by
+  /// and memory::tape predicts with.
+  constexpr std::size_t output_charge(const kernel_desc& root, const stmt_plan& sp, std::size_t donor_charged) const noexcept {
+    const std::size_t charge = hbm_charge(root.bytes, root.f32, round_bf16);
+    return sp.donor >= 0 && donor_charged == charge ? 0 : charge;
+  }
 };
 
 struct time_sample {
@@ -146,25 +159,29 @@ XTPU_RUNTIME_INLINE counters& counters::get() {
 
 /// What the passes read: the step as recorded, which outputs are live, and which external
 /// tensors only the step still refers to (their buffers may be reused; step.hpp decides).
+/// Stmt: statement (a step's) or statement_core (memory::tape's, at compile time).
+template <class Stmt>
 struct step_view {
-  const std::vector<statement>& stmts;
+  const std::vector<Stmt>& stmts;
   const std::vector<std::uint64_t>& signature;
-  const std::vector<std::shared_ptr<storage>>& outputs;  // per statement; null: dead
-  const std::vector<char>& donatable;                    // per external tensor
-  const std::vector<std::uint64_t>& external_bytes;      // per external tensor
+  const std::vector<char>& live;                     // per statement
+  const std::vector<char>& donatable;                // per external tensor
+  const std::vector<std::uint64_t>& external_bytes;  // per external tensor
   const generation& device;
 };
 
-/// Builds a plan from a step, one named pass after the other (see the top of this file).
-class planner {
+/// Builds a plan from a step, one named pass after the other (see the top of this file);
+/// constexpr, so that memory::tape runs the very passes a step's compile runs.
+template <class Stmt>
+class basic_planner {
  public:
-  explicit planner(const step_view& in)
+  constexpr explicit basic_planner(const step_view<Stmt>& in)
       : in_(in), root_value_(in.stmts.size(), 0), kv_(in.stmts.size()), external_last_(in.donatable.size(), 0) {
     p_.n_statements = in.stmts.size();
     p_.round_bf16 = trailer(in.signature, trailer_word::bf16_storage) != 0;  // XTPU_USE_BF16 when recorded
   }
 
-  plan build() {
+  constexpr plan build() {
     live_statements();
     number_values();
     fuse_epilogues();
@@ -177,10 +194,9 @@ class planner {
   }
 
   /// 1. Positions of the live statements, program order.
-  void live_statements() {
+  constexpr void live_statements() {
     for (std::size_t s = 0; s < in_.stmts.size(); ++s) {
-      if (in_.outputs[s]) live_.push_back(s);
-      else counters::get().dead.add();
+      if (in_.live[s]) live_.push_back(s);
     }
   }
 
@@ -188,14 +204,14 @@ class planner {
   /// its scalars' slots (never their values): a new learning rate reuses the plan. Under
   /// XTPU_USE_BF16 a float statement's result is stored rounded: keyed as such, it stands in
   /// for the same result of a later statement (rounded alike), never for a temporary (f32).
-  void number_values() {
+  constexpr void number_values() {
     constexpr std::uint64_t ext_tag = std::uint64_t{2} << 60, val_tag = std::uint64_t{1} << 60,
                             scalar_tag = std::uint64_t{3} << 60, stored_bf16_tag = std::uint64_t{4} << 60;
-    std::map<std::vector<std::uint64_t>, std::uint32_t> numbering;  // structure + inputs -> value
+    std::vector<std::pair<std::vector<std::uint64_t>, std::uint32_t>> numbering;  // structure + inputs -> value, sorted
     for (std::size_t pos = 0; pos < live_.size(); ++pos) {
       const std::size_t s = live_[pos];
-      const statement& st = in_.stmts[s];
-      kv_[s].resize(st.n_kernels);
+      const Stmt& st = in_.stmts[s];
+      kv_[s].resize(st.n_kernels, kernel_value{});  // a fill: clang 14 rejects libstdc++'s constexpr default-init
       for (std::uint32_t k = 0; k < st.n_kernels; ++k) {
         const kernel_desc& kd = st.kernels[k];
         const bool root = k + 1 == st.n_kernels;
@@ -210,16 +226,18 @@ class planner {
           for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kv_[s][t].v);
           for (std::uint32_t c = kd.scalar_begin; c < kd.scalar_end; ++c) key.push_back(scalar_tag | scalar_code(st, c));
           if (root && p_.rounds(kd)) key.push_back(stored_bf16_tag);
-          auto [it, inserted] = numbering.try_emplace(std::move(key), v);
-          fresh = inserted;
-          v = it->second;
+          const auto it = std::lower_bound(numbering.begin(), numbering.end(), key,
+                                           [](const auto& e, const std::vector<std::uint64_t>& k) { return e.first < k; });
+          fresh = it == numbering.end() || it->first != key;
+          if (fresh) numbering.insert(it, {std::move(key), v});
+          else v = it->second;
         }
         if (fresh) {
           plan::loc where;
           if (root) where.output = static_cast<std::int32_t>(pos);
           values_.push_back(value{where, kd.bytes, pos, pos, !root, 1});
         } else {
-          counters::get().cse.add();
+          ++p_.cse_eliminated;
           values_[v].last = pos;
           ++values_[v].uses;
         }
@@ -236,10 +254,10 @@ class planner {
   }
 
   /// 3. `t = f(matmul(...))` as one kernel where the matmul's value is not shared.
-  void fuse_epilogues() {
+  constexpr void fuse_epilogues() {
     fused_.assign(in_.stmts.size(), 0);
     for (std::size_t s : live_) {
-      const statement& st = in_.stmts[s];
+      const Stmt& st = in_.stmts[s];
       if (st.fused && kv_[s][0].fresh && values_[kv_[s][0].v].uses == 1 && kv_[s][1].fresh) {
         fused_[s] = 1;
         values_[kv_[s][0].v].in_arena = false;
@@ -250,7 +268,7 @@ class planner {
   /// 4. Multi-output loops: runs of consecutive live statements that are each one fresh
   /// elementwise loop over the same number of elements, a later one reading an earlier one's
   /// result only at the element it computes.
-  void group_loops() {
+  constexpr void group_loops() {
     group_.assign(live_.size(), 0);
     for (std::size_t pos = 0; pos < live_.size();) {
       std::size_t end = pos + 1;
@@ -264,11 +282,11 @@ class planner {
   }
 
   /// 5. Ops and temp slots, program order.
-  void schedule() {
+  constexpr void schedule() {
     std::uint32_t group_left = 0;
     for (std::size_t pos = 0; pos < live_.size(); ++pos) {
       const std::size_t s = live_[pos];
-      const statement& st = in_.stmts[s];
+      const Stmt& st = in_.stmts[s];
       plan::stmt_plan sp{static_cast<std::uint32_t>(s), static_cast<std::uint32_t>(p_.temps.size()),
                          static_cast<std::uint32_t>(p_.ops.size()), 0, static_cast<std::uint32_t>(p_.leaf_slots), -1};
       p_.leaf_slots += st.n_leaves;
@@ -305,7 +323,7 @@ class planner {
   /// step holds and nothing after the loop reads, read by the loop (and by the loops before it
   /// in its group) only at the element being written; and only where every op from there on
   /// cannot throw (loops, reductions, copies), so a step that fails has overwritten nothing.
-  void donate_buffers() {
+  constexpr void donate_buffers() {
     std::size_t first_safe = p_.ops.size();  // ops from here on cannot throw
     while (first_safe > 0 && !may_throw(first_safe - 1)) --first_safe;
     std::vector<char> taken(in_.donatable.size(), 0);
@@ -313,7 +331,7 @@ class planner {
     for (std::size_t pos = 0; pos < live_.size(); ++pos) {
       if (group_[pos] > 0) group_start = pos;
       plan::stmt_plan& sp = p_.stmts[pos];
-      const statement& st = in_.stmts[sp.stmt];
+      const Stmt& st = in_.stmts[sp.stmt];
       const plan::op& last = p_.ops[sp.op_end - 1];
       const std::size_t at = last.in_group ? p_.stmts[group_start].op_end - 1 : sp.op_end - 1;  // where it runs
       if (fused_[sp.stmt] || last.copy || !st.kernels[st.n_kernels - 1].run_range || at < first_safe) continue;
@@ -333,7 +351,7 @@ class planner {
   }
 
   /// 7. The cycle model of every matmul that runs.
-  void cost() {
+  constexpr void cost() {
     for (const auto& sp : p_.stmts)
       for (std::uint32_t o = sp.op_begin; o < sp.op_end; ++o) {
         const kernel_desc& kd = kernel(p_.ops[o], in_.stmts[sp.stmt]);
@@ -343,7 +361,7 @@ class planner {
   }
 
   /// 8. The arena: first fit by lifetime, 64-byte aligned; then every temp and copy source.
-  void place_buffers() {
+  constexpr void place_buffers() {
     struct placed {
       std::size_t offset, end, last;
     };
@@ -370,11 +388,11 @@ class planner {
   }
 
   /// The kernel an op of statement st runs.
-  static const kernel_desc& kernel(const plan::op& op, const statement& st) noexcept {
+  static constexpr const kernel_desc& kernel(const plan::op& op, const statement_core& st) noexcept {
     return op.fused ? st.fused[0] : st.kernels[op.kernel];
   }
   /// Whether an op of statement st writes the statement's output (else its temp slot).
-  static bool writes_output(const plan::op& op, const statement& st) noexcept {
+  static constexpr bool writes_output(const plan::op& op, const statement_core& st) noexcept {
     return op.fused || op.kernel + 1 == st.n_kernels;
   }
 
@@ -392,23 +410,23 @@ class planner {
   };
   static constexpr std::size_t max_group = 16;  // statements in one multi-output loop
 
-  std::uint64_t leaf_code(const statement& st, std::uint32_t l) const { return in_.signature[st.sig_begin + 1 + l]; }
-  std::uint64_t scalar_code(const statement& st, std::uint32_t c) const {
+  constexpr std::uint64_t leaf_code(const Stmt& st, std::uint32_t l) const { return in_.signature[st.sig_begin + 1 + l]; }
+  constexpr std::uint64_t scalar_code(const Stmt& st, std::uint32_t c) const {
     return in_.signature[st.sig_begin + 1 + st.n_leaves + c];
   }
-  const kernel_desc& root(std::size_t pos) const {
-    const statement& st = in_.stmts[live_[pos]];
+  constexpr const kernel_desc& root(std::size_t pos) const {
+    const Stmt& st = in_.stmts[live_[pos]];
     return st.kernels[st.n_kernels - 1];
   }
   /// The live statement at pos is one fresh elementwise loop and nothing else.
-  bool loop_only(std::size_t pos) const {
+  constexpr bool loop_only(std::size_t pos) const {
     const std::size_t s = live_[pos];
     return in_.stmts[s].n_kernels == 1 && !fused_[s] && kv_[s][0].fresh && root(pos).run_range;
   }
   /// Every leaf of the statement at pos that is the result of a statement in [first, pos) is
   /// read only at the element being computed.
-  bool reads_group_in_place(std::size_t first, std::size_t pos) const {
-    const statement& st = in_.stmts[live_[pos]];
+  constexpr bool reads_group_in_place(std::size_t first, std::size_t pos) const {
+    const Stmt& st = in_.stmts[live_[pos]];
     for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
       const std::uint64_t code = leaf_code(st, l);
       if (!is_step_output(code)) continue;
@@ -421,8 +439,8 @@ class planner {
     return true;
   }
   /// The root loop of the statement at pos reads external tensor x only at the element it writes.
-  bool reads_in_place(std::size_t pos, std::uint32_t x) const {
-    const statement& st = in_.stmts[live_[pos]];
+  constexpr bool reads_in_place(std::size_t pos, std::uint32_t x) const {
+    const Stmt& st = in_.stmts[live_[pos]];
     for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
       const std::uint64_t code = leaf_code(st, l);
       if (!is_step_output(code) && code_index(code) == x && (l >= 64 || !(root(pos).same_index_leaves >> l & 1)))
@@ -431,7 +449,7 @@ class planner {
     return true;
   }
   /// So do the statements of its multi-output loop that run before it, block by block.
-  bool group_reads_in_place(std::size_t group_start, std::size_t pos, std::uint32_t x) const {
+  constexpr bool group_reads_in_place(std::size_t group_start, std::size_t pos, std::uint32_t x) const {
     if (!p_.ops[p_.stmts[pos].op_end - 1].in_group) return true;
     for (std::size_t q = group_start; q < pos; ++q)
       if (!reads_in_place(q, x)) return false;
@@ -439,14 +457,14 @@ class planner {
   }
   /// Op o can throw: a matmul (its operand buffers); loops, reductions and copies cannot —
   /// they allocate nothing, and the thread pool throws only what their (noexcept) pieces throw.
-  bool may_throw(std::size_t o) const {
+  constexpr bool may_throw(std::size_t o) const {
     const auto it = std::upper_bound(p_.stmts.begin(), p_.stmts.end(), o,
                                      [](std::size_t v, const plan::stmt_plan& sp) { return v < sp.op_end; });
     const plan::op& op = p_.ops[o];
     return !op.copy && kernel(op, in_.stmts[it->stmt]).mm_passes != 0;
   }
 
-  const step_view& in_;
+  const step_view<Stmt>& in_;
   plan p_;
   std::vector<std::size_t> live_;          // statement index of each live position
   std::vector<value> values_;
@@ -457,6 +475,8 @@ class planner {
   std::vector<std::size_t> external_last_;  // per external tensor: the last live position reading it
   std::vector<std::uint32_t> group_;        // per live position: the size of the group it starts (0: inside one)
 };
+/// A step's planner (lazy/step.hpp).
+using planner = basic_planner<statement>;
 
 /// A matmul kernel's shape as dumps and traces name it: "128x784x512", "8x64x64 x12" (batched).
 inline std::string matmul_text(const kernel_desc& kd) {

@@ -449,9 +449,13 @@ class step {
     {
       time_sample t{c.compile_time};
       trace::detail::span traced("compile", "compile", trace_pid());
+      live_.assign(outputs_.size(), 0);
+      for (std::size_t i = 0; i < outputs_.size(); ++i) live_[i] = outputs_[i] != nullptr;
       p = std::make_shared<const plan>(
-          planner(step_view{stmts_, signature_, outputs_, donatable_, external_bytes_, chip_->spec()}).build());
+          planner(step_view<statement>{stmts_, signature_, live_, donatable_, external_bytes_, chip_->spec()}).build());
     }
+    c.dead.add(static_cast<std::int64_t>(p->n_statements - p->stmts.size()));
+    c.cse.add(static_cast<std::int64_t>(p->cse_eliminated));
     cache.insert(key, signature_, p, std::move(sketch));
     c.uncached.add();
     if (why != nullptr) {
@@ -603,10 +607,12 @@ class step {
     for (const auto& sp : p.stmts) {
       const statement& st = stmts_[sp.stmt];
       const kernel_desc& kd = st.kernels[st.n_kernels - 1];
-      const std::size_t charge = hbm_charge(kd.bytes, kd.f32, p.round_bf16);
       // an input's buffer is taken when the loop runs — if it carries the charge this output
       // would (a float buffer made under use_bf16 does not become an int32 output's)
-      if (sp.donor >= 0 && leaves_[st.leaf_begin + static_cast<std::uint32_t>(sp.donor)]->buffer.charged() == charge) {
+      const std::size_t donor_charged =
+          sp.donor >= 0 ? leaves_[st.leaf_begin + static_cast<std::uint32_t>(sp.donor)]->buffer.charged() : 0;
+      const std::size_t charge = p.output_charge(kd, sp, donor_charged);
+      if (charge == 0 && sp.donor >= 0) {
         req_of_.push_back(-1);
       } else {
         req_of_.push_back(static_cast<std::int32_t>(req_bytes_.size()));
@@ -807,6 +813,7 @@ class step {
   std::vector<std::uint32_t> ext_refs_;            // per external tensor: the step's leaves holding it
   std::vector<std::uint64_t> external_bytes_;      // per external tensor
   std::vector<char> donatable_;                    // per external tensor
+  std::vector<char> live_;                         // per statement, for the planner: outputs_[i] != null
   std::vector<std::uint32_t> inner_refs_;  // per statement: the step's own leaves and links holding its output
   std::vector<const storage*> prev_links_;  // values of earlier steps that this step's results replaced
   std::vector<char> read_by_live_;         // per statement: a live later statement reads it
@@ -1068,9 +1075,10 @@ XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
     signature_.push_back(fingerprint);
     for (std::size_t i = l0; i < leaves_.size(); ++i) signature_.push_back(wire(*leaves_[i]));
     for (std::size_t i = s0; i < scalars_.size(); ++i) signature_.push_back(scalar_slot(i));
-    stmts_.push_back(statement{kernels, n_kernels, fused, static_cast<std::uint32_t>(l0),
-                               static_cast<std::uint32_t>(leaves_.size() - l0), static_cast<std::uint32_t>(s0),
-                               static_cast<std::uint32_t>(g0), out, vjp,
+    stmts_.push_back(statement{{kernels, n_kernels, fused, static_cast<std::uint32_t>(l0),
+                                static_cast<std::uint32_t>(leaves_.size() - l0), static_cast<std::uint32_t>(s0),
+                                static_cast<std::uint32_t>(g0)},
+                               out, vjp,
                                recording_site() != nullptr ? *recording_site() : where});
   } catch (...) {
     leaves_.resize(l0);
