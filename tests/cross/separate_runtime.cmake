@@ -22,7 +22,7 @@ function(symbol_regex out s)
 endfunction()
 set(problems "")
 # internals: defined only in the runtime's file
-foreach(internal "xtpu::detail::planner::" "xtpu::detail::step::compiled" "xtpu::detail::step::execute"
+foreach(internal "xtpu::detail::basic_planner<xtpu::detail::statement>::" "xtpu::detail::step::compiled" "xtpu::detail::step::execute"
                  "xtpu::debug::analysis" "xtpu::detail::differences" "xtpu::trace::detail::recorder::write_locked"
                  "xtpu::mxu::detail::pass_region" "xtpu::detail::chip_registry::chip_registry" "xtpu::detail::step::run("
                  "xtpu::detail::thread_steps::~thread_steps")

@@ -58,15 +58,17 @@ struct softmax_rows {
   }
 };
 
-/// Common subexpressions and a dead statement: `b` is a copy of `a`; `c` nobody keeps.
+/// Common subexpressions and a dead statement: `b` is `a` again (copied, not computed twice);
+/// `c` nobody keeps.
 struct cse_and_dead {
   template <class Tape>
   constexpr void operator()(Tape& t) const {
     auto x = t.template input<float, 128, 128>();
     auto a = t.let(xtpu::exp(x) + 1.0f);
+    auto b = t.let(xtpu::exp(x) + 1.0f);
     auto c = t.let(xtpu::matmul(a, x));
     t.drop(c);
-    auto d = t.let(xtpu::matmul(a, a) * 2.0f);
+    auto d = t.let(xtpu::matmul(a, b) * 2.0f);
     (void)d;
     t.mark_step();
   }
@@ -116,8 +118,8 @@ constexpr footprint sgd_bf16 = plan_of<sgd_update>(true);
 static_assert(sgd_bf16.peak == sgd.peak / 2, "XTPU_USE_BF16: float tensors charged 2 bytes an element");
 
 constexpr footprint cse = plan_of<cse_and_dead>();
-static_assert(cse.statements == 3 && cse.live == 2, "c is dead");
-static_assert(cse.outputs == 2 * 128 * 128 * 4);
+static_assert(cse.statements == 4 && cse.live == 3, "c is dead");
+static_assert(cse.outputs == 3 * 128 * 128 * 4, "a copy of a common subexpression still has a buffer of its own");
 
 constexpr footprint dropped = plan_of<dropped_inputs>();
 static_assert(dropped.inputs == 64 * 64 * 4, "x, read; the unused input and y's old value are gone before the step");
@@ -131,6 +133,18 @@ TEST(MemoryPlan, ForwardPassPeakIsTheCompileTimeOne) {
 TEST(MemoryPlan, DonatedUpdateAllocatesNothing) {
   EXPECT_EQ(measured<sgd_update>(), sgd.peak);
   EXPECT_EQ(measured<sgd_update>(true), sgd_bf16.peak);
+}
+
+TEST(MemoryPlan, MeasuresOnTheCallersDevice) {
+  const xtpu::device chip5("v5e", 5);
+  const xtpu::device_scope on(chip5);
+  EXPECT_EQ(measured<sgd_update>(), sgd.peak);
+  EXPECT_GE(chip5.peak_bytes_in_use(), sgd.peak);
+}
+
+TEST(MemoryPlan, AStepThatNeverRunsIsAnError) {
+  EXPECT_THROW((void)xtpu::memory::measured_peak_bytes([](xtpu::memory::runner& r) { (void)r.input<float, 4>(); }),
+               xtpu::error);
 }
 
 TEST(MemoryPlan, ReductionTemporariesAreTheArena) {

@@ -42,6 +42,9 @@ struct kernel_desc {
   const char* kind = "loop";  // "matmul", "reduce", "loop" (fused elementwise), "matmul+epilogue"
   /// A loop's elements [begin, end) (null for other kinds): what a multi-output loop runs.
   void (*run_range)(const bound&, void* dst, std::size_t begin, std::size_t end) = nullptr;
+  /// run_range is set (what the planner asks: comparing a function's address with null is not
+  /// a constant expression under -fno-delete-null-pointer-checks, which UBSan implies).
+  bool ranged = false;
   /// Bit l: the loop reads statement leaf l (l < 64) only at the element it writes, or not at
   /// all (a materialized child reads it, before the loop) — so its output may share l's buffer.
   std::uint64_t same_index_leaves = 0;
@@ -169,6 +172,7 @@ constexpr kernel_desc describe(void (*run)(const bound&, void*)) {
     else d.kind = "reduce";
   } else {
     d.run_range = &run_elementwise_range<loop_t<N>>;
+    d.ranged = true;
     d.same_index_leaves = same_index_leaves<N, S>();
   }
   return d;
@@ -707,6 +711,7 @@ struct program {
       d.temp_begin = d.temp_end = 0;
       d.kind = "matmul+epilogue";
       d.run_range = nullptr;
+      d.ranged = false;
       d.same_index_leaves = 0;
       return std::array<kernel_desc, 1>{d};
     } else {
@@ -723,6 +728,7 @@ struct program {
         kernel_desc& root = t[t.size() - 1];
         root.run = &run_rows<E>, root.kind = "row loop";
         root.run_range = nullptr;     // not an elementwise loop: never grouped with others
+        root.ranged = false;
         root.same_index_leaves = 0;   // a block's reductions read rows the loop then writes: no donation
       }
       return t;

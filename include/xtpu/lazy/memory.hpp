@@ -1,16 +1,20 @@
 // xtpu/lazy/memory.hpp — a step's device memory, known at compile time.
 //
-// Provides: xtpu::memory::tape (a step written against symbolic tensors: its inputs, its
-// statements, what it keeps), xtpu::memory::symbol<T, Shape> (a tensor of such a step),
-// xtpu::memory::footprint (what the step needs), xtpu::memory::plan(step) / plan<Step>() and
-// xtpu::memory::peak_bytes(step) / peak_bytes<Step>(), and xtpu::memory::capacity(generation,
-// fraction) (the bytes a chip hands out before out_of_memory). All constexpr:
+// Provides, constexpr: xtpu::memory::tape (a step written against symbolic tensors: its
+// inputs, its statements, what it keeps), xtpu::memory::symbol<T, Shape> (a tensor of such a
+// step), xtpu::memory::footprint (what the step needs), xtpu::memory::plan(step) / plan<Step>()
+// and xtpu::memory::peak_bytes(step) / peak_bytes<Step>(), and xtpu::memory::capacity(generation,
+// fraction) (what a chip of that generation hands out before out_of_memory: fraction × its HBM —
+// the generation's table, not a chip's run-time set_hbm_bytes or XTPU_MEMORY_FRACTION);
+// and at run time xtpu::memory::runner (the same step on real tensors) and
+// measured_peak_bytes(step) (it run and measured):
 //
 //   struct forward {  // x (128, 784) f32, w (784, 512) f32 -> h (128, 512) f32
 //     constexpr void operator()(xtpu::memory::tape& t) const {
 //       auto x = t.input<float, 128, 784>();
 //       auto w = t.input<float, 784, 512>();
 //       auto h = t.let(xtpu::relu(xtpu::matmul(x, w)));
+//       t.mark_step();
 //     }
 //   };
 //   static_assert(xtpu::memory::peak_bytes<forward>() <= xtpu::memory::capacity(xtpu::v5e));
@@ -34,10 +38,14 @@
 // step runs only if a statement reads it, as a tensor's buffer is.
 // Limits (today): scalars are told apart by position (a run-time step shares a slot between
 // copies of one scalar node: a common subexpression the tape does not see); one tensor handle
-// per symbol (copies of a symbol are not tracked); gradients, modules and optimizers are
-// written out as their statements.
-// Errors: a misuse of a tape (reading a dropped symbol) is not a constant expression: the
-// compiler names tape_misuse and its message.
+// per symbol (copies of a symbol are not tracked); a symbol is held until drop() (a tensor that
+// goes out of scope before mark_step — a block's local — is written t.drop(y)); gradients,
+// modules and optimizers are written out as their statements.
+// Errors: a misuse of a tape — reading or dropping a dropped symbol, a statement after
+// mark_step(), mark_step() twice, an expression over something other than symbols — is not a
+// constant expression: the compiler names tape_misuse and its message (at run time it throws
+// xtpu::error). measured_peak_bytes: xtpu::error if the step never calls mark_step(), and
+// what the step throws.
 #pragma once
 
 #include <cstddef>
@@ -116,14 +124,14 @@ class tape {
 
   /// A tensor that exists when the step starts.
   template <class T, std::size_t... D>
-  constexpr symbol<T, extents<D...>> input() {
+  [[nodiscard]] constexpr symbol<T, extents<D...>> input() {
     inputs_.push_back(input_info{symbol<T, extents<D...>>::bytes, xtpu::detail::hbm_charge(symbol<T, extents<D...>>::bytes, std::is_same_v<T, float>, bf16_)});
     return symbol<T, extents<D...>>(input_tag | (inputs_.size() - 1));
   }
 
   /// `tensor<...> y = e;`: a statement whose result is kept.
   template <xtpu::detail::node E>
-  constexpr symbol<typename E::value_type, typename E::shape_type> let(const E& e) {
+  [[nodiscard]] constexpr symbol<typename E::value_type, typename E::shape_type> let(const E& e) {
     return symbol<typename E::value_type, typename E::shape_type>(record(e));
   }
 
@@ -221,7 +229,7 @@ class tape {
     stmts_.push_back(xtpu::detail::statement_core{program::kernels.data(), static_cast<std::uint32_t>(program::kernels.size()),
                                                   program::has_fused ? program::fused.data() : nullptr, n_leaves_,
                                                   static_cast<std::uint32_t>(E::n_leaves), n_scalars_,
-                                                  static_cast<std::uint32_t>(sig_.size())});
+                                                  static_cast<std::uint32_t>(sig_.size()), program::has_fused});
     sig_.push_back(E::fingerprint);
     std::size_t leaves = 0;
     auto wire = [&](const auto& s) {
@@ -296,16 +304,16 @@ constexpr std::uint64_t peak_bytes(bool bf16_storage = false) {
 class runner {
  public:
   template <class T, std::size_t... D>
-  tensor<T, D...> input() {
+  [[nodiscard]] tensor<T, D...> input() {
     return tensor<T, D...>();
   }
   template <xtpu::detail::node E>
-  auto let(const E& e, xtpu::source_location where = xtpu::source_location::current()) {
+  [[nodiscard]] auto let(const E& e, xtpu::source_location where = xtpu::source_location::current()) {
     return make(e, typename E::shape_type{}, where);
   }
   template <class Y, xtpu::detail::node E>
-  void assign(Y& y, const E& e) {
-    y = e;
+  void assign(Y& y, const E& e, xtpu::source_location where = xtpu::source_location::current()) {
+    y = Y(e, where);
   }
   template <class Y>
   void drop(Y& y) {
@@ -317,8 +325,10 @@ class runner {
     dev_.reset_peak();
     xtpu::mark_step();
     peak_ = dev_.peak_bytes_in_use() - before_;
+    ran_ = true;
   }
   std::uint64_t peak() const noexcept { return peak_; }
+  bool ran() const noexcept { return ran_; }
 
  private:
   template <class E, std::size_t... D>
@@ -327,22 +337,27 @@ class runner {
   }
   xtpu::device& dev_ = xtpu::device::current();
   std::uint64_t before_ = dev_.bytes_in_use(), peak_ = 0;
+  bool ran_ = false;
 };
 
-/// Runs step(runner&) on a thread of its own — so that its step arena starts empty, as the
-/// tape assumes — under XTPU_USE_BF16 = bf16_storage; the device's high-water mark while its
+/// Runs step(runner&) on the caller's current device, on a thread of its own — so that its
+/// step arena starts empty, as the tape assumes — with XTPU_USE_BF16 = bf16_storage (a setting
+/// of the process: set for the run, then put back); the device's high-water mark while its
 /// mark_step() ran, above what was in use before its inputs were made (= plan(step).peak).
 template <class Step>
 std::uint64_t measured_peak_bytes(Step step, bool bf16_storage = false) {
   std::uint64_t peak = 0;
   std::exception_ptr failed;
+  const xtpu::device& on = xtpu::device::current();
   std::thread([&] {
     const bool was = use_bf16();
     try {
+      const device_scope scope(on);
       set_use_bf16(bf16_storage);
       xtpu::mark_step();
       runner r;
       step(r);
+      if (!r.ran()) throw xtpu::error("xtpu: memory::measured_peak_bytes: the step never called mark_step() on its runner");
       peak = r.peak();
     } catch (...) {
       xtpu::discard_step();

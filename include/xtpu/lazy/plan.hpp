@@ -1,14 +1,18 @@
 // xtpu/lazy/plan.hpp — compiling a step: the plan and the passes that build it.
 //
-// Provides: detail::statement (what recording a statement leaves), detail::plan (what to run,
-// where every value lives), detail::planner (the passes, in order), detail::dump(plan) (a
+// Provides: detail::statement_core / statement (what recording a statement leaves: what the
+// passes read, and the step's bookkeeping besides), detail::plan (what to run, where every
+// value lives, plan::output_charge: what a run allocates for an output), detail::step_view<Stmt>
+// and detail::basic_planner<Stmt> (the passes, in order; constexpr, so memory::tape runs them at
+// compile time over statement_core, and detail::planner is the step's), detail::dump(plan) (a
 // readable listing; xtpu::lazy::explain() prints the pending step's).
 // The passes, each a function of its own over the state the earlier ones left:
-//   1. live_statements  — a statement runs only if its output is live (outputs[s] not null;
-//                         step.hpp decides that); the rest count as DeadStatements
+//   1. live_statements  — a statement runs only if its output is live (step_view::live; step.hpp
+//                         decides that, and counts the rest as DeadStatements)
 //   2. number_values    — every kernel's value gets a number from its structure and inputs, so a
 //                         value computed before (in this statement or an earlier one) is not
-//                         computed again (CseEliminated); with its first and last use
+//                         computed again (plan::cse_eliminated, step.hpp's CseEliminated); with
+//                         its first and last use
 //   3. fuse_epilogues   — `t = f(matmul(a, b), ...)` becomes one kernel where the matmul's value
 //                         is not shared
 //   4. group_loops      — consecutive statements that are each one elementwise loop over the
@@ -38,6 +42,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -63,6 +68,7 @@ struct statement_core {
   std::uint32_t n_kernels;
   const kernel_desc* fused;  // the one-kernel matmul+epilogue alternative, or null
   std::uint32_t leaf_begin, n_leaves, scalar_begin, sig_begin;
+  bool fusable;              // fused is set (the planner asks this, not the pointer: kernel_desc::ranged says why)
 };
 
 /// What recording `t = e` leaves in the step.
@@ -121,10 +127,10 @@ struct plan {
   /// the passes (common subexpressions) and the run (the stores, their HBM charge) follow.
   constexpr bool rounds(const kernel_desc& root) const noexcept { return round_bf16 && root.f32; }
   std::size_t cse_eliminated = 0;  // kernels number_values found computed already
-  /// The HBM the run charges for live statement i's output when the kernels start: its
-  /// float output's charge (half under round_bf16), or nothing when it takes the buffer of its
-  /// donor, whose buffer carries `donor_charged` — the one rule step.hpp's run allocates by
-  /// and memory::tape predicts with.
+  /// The HBM a run charges, before any kernel runs, for the output of live statement `sp`
+  /// whose root kernel is `root`: its charge (a float output's halved under round_bf16), or 0
+  /// when it takes its donor's buffer, which carries `donor_charged` (an output is never 0
+  /// bytes) — the one rule step.hpp's run allocates by and memory::tape adds up.
   constexpr std::size_t output_charge(const kernel_desc& root, const stmt_plan& sp, std::size_t donor_charged) const noexcept {
     const std::size_t charge = hbm_charge(root.bytes, root.f32, round_bf16);
     return sp.donor >= 0 && donor_charged == charge ? 0 : charge;
@@ -170,6 +176,41 @@ struct step_view {
   const generation& device;
 };
 
+/// The value numbers of number_values: a key's first number, in a hash table with open
+/// addressing (constexpr, so memory::tape numbers values as a step's compile does).
+class value_numbering {
+ public:
+  using key = std::vector<std::uint64_t>;
+  /// {the number of k, and whether it is new}: v if k is new (then added), else k's number.
+  constexpr std::pair<std::uint32_t, bool> find_or_add(key k, std::uint32_t v) {
+    if (2 * (entries_.size() + 1) > slots_.size()) grow();
+    std::size_t i = slot_of(k);
+    if (slots_[i] != 0) return {entries_[slots_[i] - 1].second, false};
+    entries_.emplace_back(std::move(k), v);
+    slots_[i] = static_cast<std::uint32_t>(entries_.size());
+    return {v, true};
+  }
+
+ private:
+  static constexpr std::uint64_t hash(const key& k) noexcept {
+    std::uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (const std::uint64_t w : k) h = (h ^ w) * 0xBF58476D1CE4E5B9ull, h ^= h >> 31;
+    return h;
+  }
+  /// k's slot, or the empty one where it would go.
+  constexpr std::size_t slot_of(const key& k) const noexcept {
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t i = hash(k) & mask;; i = (i + 1) & mask)
+      if (slots_[i] == 0 || entries_[slots_[i] - 1].first == k) return i;
+  }
+  constexpr void grow() {
+    slots_.assign(slots_.empty() ? 64 : 2 * slots_.size(), 0);
+    for (std::size_t e = 0; e < entries_.size(); ++e) slots_[slot_of(entries_[e].first)] = static_cast<std::uint32_t>(e + 1);
+  }
+  std::vector<std::uint32_t> slots_;  // 0: empty, else 1 + an entry
+  std::vector<std::pair<key, std::uint32_t>> entries_;
+};
+
 /// Builds a plan from a step, one named pass after the other (see the top of this file);
 /// constexpr, so that memory::tape runs the very passes a step's compile runs.
 template <class Stmt>
@@ -207,7 +248,7 @@ class basic_planner {
   constexpr void number_values() {
     constexpr std::uint64_t ext_tag = std::uint64_t{2} << 60, val_tag = std::uint64_t{1} << 60,
                             scalar_tag = std::uint64_t{3} << 60, stored_bf16_tag = std::uint64_t{4} << 60;
-    std::vector<std::pair<std::vector<std::uint64_t>, std::uint32_t>> numbering;  // structure + inputs -> value, sorted
+    value_numbering numbering;  // structure + inputs -> value
     for (std::size_t pos = 0; pos < live_.size(); ++pos) {
       const std::size_t s = live_[pos];
       const Stmt& st = in_.stmts[s];
@@ -226,11 +267,7 @@ class basic_planner {
           for (std::uint32_t t = kd.temp_begin; t < kd.temp_end; ++t) key.push_back(val_tag | kv_[s][t].v);
           for (std::uint32_t c = kd.scalar_begin; c < kd.scalar_end; ++c) key.push_back(scalar_tag | scalar_code(st, c));
           if (root && p_.rounds(kd)) key.push_back(stored_bf16_tag);
-          const auto it = std::lower_bound(numbering.begin(), numbering.end(), key,
-                                           [](const auto& e, const std::vector<std::uint64_t>& k) { return e.first < k; });
-          fresh = it == numbering.end() || it->first != key;
-          if (fresh) numbering.insert(it, {std::move(key), v});
-          else v = it->second;
+          std::tie(v, fresh) = numbering.find_or_add(std::move(key), v);
         }
         if (fresh) {
           plan::loc where;
@@ -258,7 +295,7 @@ class basic_planner {
     fused_.assign(in_.stmts.size(), 0);
     for (std::size_t s : live_) {
       const Stmt& st = in_.stmts[s];
-      if (st.fused && kv_[s][0].fresh && values_[kv_[s][0].v].uses == 1 && kv_[s][1].fresh) {
+      if (st.fusable && kv_[s][0].fresh && values_[kv_[s][0].v].uses == 1 && kv_[s][1].fresh) {
         fused_[s] = 1;
         values_[kv_[s][0].v].in_arena = false;
       }
@@ -334,7 +371,7 @@ class basic_planner {
       const Stmt& st = in_.stmts[sp.stmt];
       const plan::op& last = p_.ops[sp.op_end - 1];
       const std::size_t at = last.in_group ? p_.stmts[group_start].op_end - 1 : sp.op_end - 1;  // where it runs
-      if (fused_[sp.stmt] || last.copy || !st.kernels[st.n_kernels - 1].run_range || at < first_safe) continue;
+      if (fused_[sp.stmt] || last.copy || !st.kernels[st.n_kernels - 1].ranged || at < first_safe) continue;
       const kernel_desc& kd = st.kernels[st.n_kernels - 1];
       for (std::uint32_t l = 0; l < st.n_leaves && l < 64; ++l) {
         const std::uint64_t code = leaf_code(st, l);
@@ -421,7 +458,7 @@ class basic_planner {
   /// The live statement at pos is one fresh elementwise loop and nothing else.
   constexpr bool loop_only(std::size_t pos) const {
     const std::size_t s = live_[pos];
-    return in_.stmts[s].n_kernels == 1 && !fused_[s] && kv_[s][0].fresh && root(pos).run_range;
+    return in_.stmts[s].n_kernels == 1 && !fused_[s] && kv_[s][0].fresh && root(pos).ranged;
   }
   /// Every leaf of the statement at pos that is the result of a statement in [first, pos) is
   /// read only at the element being computed.

@@ -1077,7 +1077,7 @@ XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
     for (std::size_t i = s0; i < scalars_.size(); ++i) signature_.push_back(scalar_slot(i));
     stmts_.push_back(statement{{kernels, n_kernels, fused, static_cast<std::uint32_t>(l0),
                                 static_cast<std::uint32_t>(leaves_.size() - l0), static_cast<std::uint32_t>(s0),
-                                static_cast<std::uint32_t>(g0)},
+                                static_cast<std::uint32_t>(g0), fused != nullptr},
                                out, vjp,
                                recording_site() != nullptr ? *recording_site() : where});
   } catch (...) {
