@@ -49,6 +49,7 @@ struct train_step {
 
 constexpr xtpu::memory::footprint planned = xtpu::memory::plan<train_step>();
 static_assert(planned.peak <= xtpu::memory::capacity(xtpu::v5e), "the step does not fit a v5e chip");
+static_assert(xtpu::memory::fits<train_step>());  // the same check, as error E605 naming both numbers
 constexpr xtpu::memory::footprint planned_bf16 = xtpu::memory::plan<train_step>(true);
 
 void print(const char* title, const xtpu::memory::footprint& f) {

@@ -109,6 +109,8 @@ static_assert(mlp.peak == mlp.inputs + mlp.outputs + mlp.arena && mlp.live == 2 
 static_assert(xtpu::memory::peak_bytes<mlp_forward>() == mlp.peak);
 static_assert(xtpu::memory::peak_bytes([](xtpu::memory::tape& t) { mlp_forward{}(t); }) == mlp.peak);
 static_assert(mlp.peak <= xtpu::memory::capacity(xtpu::v5e), "a model that fits, proved before it runs");
+static_assert(xtpu::memory::fits<mlp_forward>() && xtpu::memory::fits<mlp_forward, mlp.peak>() &&
+              xtpu::memory::fits<mlp_forward, mlp.peak / 2, true>());  // E605 one byte less: compile_fail/memory_fits.cpp
 
 constexpr footprint sgd = plan_of<sgd_update>();
 static_assert(sgd.outputs == 0 && sgd.donated == 1, "w's new value is written into its old buffer");

@@ -58,9 +58,10 @@ inline constexpr std::array<generation, 5> generations{{
     {"v6e", 1, 2, 256, 256, 32 * gib, 918.0, 1638.0},
     {"v7", 2, 2, 256, 256, 192 * gib, 2307.0, 7380.0},
 }};
-/// The generations by name: `static_assert(bytes <= xtpu::v5e.hbm_bytes)`.
-inline constexpr const generation &v4 = generations[0], &v5e = generations[1], &v5p = generations[2],
-                                  &v6e = generations[3], &v7 = generations[4];
+/// The generations by name (copies of the table's rows: a reference would not be a constant
+/// in g++ 12's default template arguments): `static_assert(bytes <= xtpu::v5e.hbm_bytes)`.
+inline constexpr generation v4 = generations[0], v5e = generations[1], v5p = generations[2], v6e = generations[3],
+                            v7 = generations[4];
 
 class device;
 

@@ -3,7 +3,8 @@
 // Provides, constexpr: xtpu::memory::tape (a step written against symbolic tensors: its
 // inputs, its statements, what it keeps), xtpu::memory::symbol<T, Shape> (a tensor of such a
 // step), xtpu::memory::footprint (what the step needs), xtpu::memory::plan(step) / plan<Step>()
-// and xtpu::memory::peak_bytes(step) / peak_bytes<Step>(), and xtpu::memory::capacity(generation,
+// and xtpu::memory::peak_bytes(step) / peak_bytes<Step>(), xtpu::memory::fits<Step, Capacity>()
+// (E605 naming both numbers when it does not), and xtpu::memory::capacity(generation,
 // fraction) (what a chip of that generation hands out before out_of_memory: fraction × its HBM —
 // the generation's table, not a chip's run-time set_hbm_bytes or XTPU_MEMORY_FRACTION);
 // and at run time xtpu::memory::runner (the same step on real tensors) and
@@ -18,6 +19,7 @@
 //     }
 //   };
 //   static_assert(xtpu::memory::peak_bytes<forward>() <= xtpu::memory::capacity(xtpu::v5e));
+//   static_assert(xtpu::memory::fits<forward>());  // the same, or E605 with both numbers
 //
 // How: the tape records each statement as a step records it (its kernel table, the wiring of
 // its leaves, its scalar slots) and runs the step's own planner (lazy/plan.hpp's passes:
@@ -295,6 +297,24 @@ constexpr std::uint64_t peak_bytes(Step step, bool bf16_storage = false) {
 template <class Step>
 constexpr std::uint64_t peak_bytes(bool bf16_storage = false) {
   return memory::plan<Step>(bf16_storage).peak;
+}
+
+/// E605: a step that needs NeedBytes where the chip hands out CapacityBytes — the compiler's
+/// "[with NeedBytes = ...; CapacityBytes = ...]" line names both. True (the error is the
+/// static_assert here, the one error a caller's static_assert then sees).
+template <std::uint64_t NeedBytes, std::uint64_t CapacityBytes>
+constexpr bool check_fits() {
+  static_assert(NeedBytes <= CapacityBytes,
+                "xtpu E605 memory: the step needs more device memory than the chip hands out (NeedBytes > "
+                "CapacityBytes): a smaller batch, bf16 storage, or a chip with more HBM");
+  return true;
+}
+/// True if default-constructible step Step fits Capacity bytes (default: a v5e chip at memory
+/// fraction 0.9), its float tensors stored as bf16 if Bf16; E605 if not:
+/// `static_assert(xtpu::memory::fits<train_step>());`.
+template <class Step, std::uint64_t Capacity = memory::capacity(v5e), bool Bf16 = false>
+constexpr bool fits() {
+  return memory::check_fits<memory::peak_bytes<Step>(Bf16), Capacity>();
 }
 
 /// The run-time side of a tape: the same calls on real tensors of the current device (inputs
