@@ -422,6 +422,52 @@ TEST(Mxu, TransposedOperandsSmallRowsAndCachedPackingOnEveryPath) {
   cache.clear();
 }
 
+// A weight read again by a product of at most small_rows_max rows (batch-1 inference) is
+// cached as bf16 bits, half the bytes (mxu::detail::packs_half), and widened in the kernel:
+// the same bits as the reference on every path and thread count — whole and partial panels,
+// K across k blocks (256 per block), f32 and bf16 weights.
+TEST(Mxu, HalfPackedWeightsOfSmallRowProductsGiveTheSameBits) {
+  using xtpu::mxu::detail::packs_half;
+  EXPECT_TRUE(packs_half(isa::avx512, 1, 512));
+  EXPECT_TRUE(packs_half(isa::avx2, 5, 13));
+  EXPECT_FALSE(packs_half(isa::avx512, 6, 512));   // the 12-row tiles read f32 slots
+  EXPECT_FALSE(packs_half(isa::avx512, 1, 16));    // narrow: its own kernel
+  EXPECT_FALSE(packs_half(isa::avx512bf16, 1, 512));  // (pass() hands these to avx512 first)
+  EXPECT_FALSE(packs_half(isa::scalar, 1, 512));
+  std::mt19937 rng(1234);
+  auto& cache = xtpu::mxu::detail::packed_cache::instance();
+  cache.clear();
+  std::uint64_t version = 7'000'000;
+  for (std::size_t M : {1, 2, 5})
+    for (std::size_t N : {17, 40, 64, 70, 512})
+      for (std::size_t K : {3, 256, 300, 784}) {
+        if (N == 512 && K != 784 && M != 1) continue;
+        auto a = random_matrix(M * K, rng, false), b = random_matrix(K * N, rng, N == 40);
+        std::vector<std::uint16_t> bb(K * N);
+        for (std::size_t i = 0; i < bb.size(); ++i) bb[i] = xtpu::bf16(b[i]).bits();
+        const bool stored_bf16 = K == 300;
+        if (stored_bf16)
+          for (auto& x : b) x = float(xtpu::bf16(x));
+        const xtpu::mxu::matrix_view bv = stored_bf16 ? xtpu::mxu::matrix_view{bb.data(), true, N, 1}
+                                                      : xtpu::mxu::matrix_view{b.data(), false, N, 1};
+        const auto want = reference(a, b, M, N, K);
+        for (isa p : paths())
+          for (int threads : {1, 2}) {
+            ++version;
+            const std::size_t hits = cache.hits();
+            for (int call = 0; call < 3; ++call) {  // seen, packed, reused
+              std::vector<float> c(M * N, -7.0f);
+              xtpu::mxu::pass({a.data(), false, K, 1}, bv, c.data(), N, M, N, K, p, threads, nullptr, version);
+              expect_bits(c, want, std::string(xtpu::isa_name(p)) + " call " + std::to_string(call) + " threads " +
+                                       std::to_string(threads) + " M" + std::to_string(M) + " N" + std::to_string(N) +
+                                       " K" + std::to_string(K));
+            }
+            EXPECT_EQ(cache.hits(), hits + 1) << xtpu::isa_name(p);
+          }
+      }
+  cache.clear();
+}
+
 // A narrow output from a transposed A (a weight's gradient x^T g: N under one panel) runs as
 // c^T = b^T a^T (mxu::detail::runs_transposed): the same bits as the reference on every path
 // and thread count, f32 and bf16 operands, K across k blocks, and its epilogue sees every

@@ -6,7 +6,9 @@
 //   c (M, N) f32 = a (M, K) x b (K, N), one bf16 pass (DESIGN.md §4).
 // How it stays bit-exact (docs/mxu.md):
 //   * packing turns every operand element into the value the MXU multiplies
-//     (detail::mxu_operand: denormal -> signed zero, then RNE to bf16);
+//     (detail::mxu_operand: denormal -> signed zero, then RNE to bf16); a cached operand of a
+//     product of few rows keeps those values' bf16 bits and widens them exactly
+//     (detail::packs_half);
 //   * the FMA paths (scalar, avx2, avx512) visit k in the pair order 1, 0, 3, 2, ... —
 //     packing stores k that way — and run under MXCSR FTZ|DAZ; a product of two bf16 values
 //     is exact in f32, so fma(a, b, acc) is vdpbf16ps's own step;
@@ -22,6 +24,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cfenv>
 #include <cmath>
 #include <cstddef>
@@ -32,6 +35,7 @@
 #include <mutex>
 #include <optional>
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "xtpu/config.hpp"
@@ -997,11 +1001,33 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2(std::size_t kc, const
   _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
 }
 
+/// One k row of a packed B panel (16 values on AVX2, 32 on AVX-512) as two f32 vectors,
+/// columns [0, h) and [h, 2h): stored as f32 slots, or as bf16 bits with column j in the low
+/// half of 32-bit word j and column h + j in its high half (detail::packs_half: the values
+/// are bf16 already, so widening is exact). One load, a shift and a mask: no lane crossing.
+__attribute__((target("avx2"), always_inline)) inline void load_row(const float* p, __m256& lo, __m256& hi) noexcept {
+  lo = _mm256_loadu_ps(p), hi = _mm256_loadu_ps(p + 8);
+}
+__attribute__((target("avx2"), always_inline)) inline void load_row(const std::uint16_t* p, __m256& lo, __m256& hi) noexcept {
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  lo = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  hi = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+__attribute__((target("avx512f"), always_inline)) inline void load_row(const float* p, __m512& lo, __m512& hi) noexcept {
+  lo = _mm512_loadu_ps(p), hi = _mm512_loadu_ps(p + 16);
+}
+__attribute__((target("avx512f"), always_inline)) inline void load_row(const std::uint16_t* p, __m512& lo, __m512& hi) noexcept {
+  const __m512i w = _mm512_loadu_si512(p);
+  lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
 /// R rows (fewer than a tile's 6: a batch-1 forward) x P panels of 16 columns (panel p at
-/// b + p * bstride): the same fma per element in the same k order as micro_avx2, with P
-/// independent accumulator chains per row so that one row does not wait on FMA latency.
-template <int R, int P>
-__attribute__((target("avx2,fma"))) inline void micro_avx2_small(std::size_t kc, const float* a, const float* b,
+/// b + p * bstride, stored as Bt: f32 or bf16 bits): the same fma per element in the same k
+/// order as micro_avx2, with P independent accumulator chains per row so that one row does
+/// not wait on FMA latency.
+template <int R, int P, class Bt>
+__attribute__((target("avx2,fma"))) inline void micro_avx2_small(std::size_t kc, const float* a, const Bt* b,
                                                                 std::size_t bstride, float* c, std::size_t ldc,
                                                                 bool first) noexcept {
   __m256 acc[R][P][2];
@@ -1014,7 +1040,8 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2_small(std::size_t kc,
   for (std::size_t t = 0; t < kc; ++t) {
 #pragma GCC unroll 8
     for (int q = 0; q < P; ++q) {
-      const __m256 b0 = _mm256_loadu_ps(b + q * bstride + t * 16), b1 = _mm256_loadu_ps(b + q * bstride + t * 16 + 8);
+      __m256 b0, b1;
+      load_row(b + q * bstride + t * 16, b0, b1);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const __m256 x = _mm256_broadcast_ss(a + r * kc + t);
@@ -1070,8 +1097,8 @@ __attribute__((target("avx512f"))) inline void micro_avx512(std::size_t kc, cons
 
 /// The AVX-512 twin of micro_avx2_small: R rows (1..5, a batch-1 forward) x P panels of 32
 /// columns, the same fma per element in the same k order as micro_avx512.
-template <int R, int P>
-__attribute__((target("avx512f"))) inline void micro_avx512_small(std::size_t kc, const float* a, const float* b,
+template <int R, int P, class Bt>
+__attribute__((target("avx512f"))) inline void micro_avx512_small(std::size_t kc, const float* a, const Bt* b,
                                                                 std::size_t bstride, float* c, std::size_t ldc,
                                                                 bool first) noexcept {
   __m512 acc[R][P][2];
@@ -1084,7 +1111,8 @@ __attribute__((target("avx512f"))) inline void micro_avx512_small(std::size_t kc
   for (std::size_t t = 0; t < kc; ++t) {
 #pragma GCC unroll 8
     for (int q = 0; q < P; ++q) {
-      const __m512 b0 = _mm512_loadu_ps(b + q * bstride + t * 32), b1 = _mm512_loadu_ps(b + q * bstride + t * 32 + 16);
+      __m512 b0, b1;
+      load_row(b + q * bstride + t * 32, b0, b1);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const __m512 x = _mm512_set1_ps(a[r * kc + t]);
@@ -1102,8 +1130,8 @@ __attribute__((target("avx512f"))) inline void micro_avx512_small(std::size_t kc
 }
 
 /// R rows x full_panels panels of NR columns (16: AVX2, 32: AVX-512), P panels per call.
-template <int R, std::size_t NR>
-inline void small_rows_r(std::size_t kc, const float* a, const float* b, std::size_t full_panels, float* c,
+template <int R, std::size_t NR, class Bt>
+inline void small_rows_r(std::size_t kc, const float* a, const Bt* b, std::size_t full_panels, float* c,
                          std::size_t ldc, bool first) noexcept {
   constexpr int P = small_panels(R);
   const std::size_t bstride = NR * kc;
@@ -1113,12 +1141,17 @@ inline void small_rows_r(std::size_t kc, const float* a, const float* b, std::si
   };
   std::size_t q = 0;
   for (; q + P <= full_panels; q += P) micro.template operator()<P>(q);
-  for (; q < full_panels; ++q) micro.template operator()<1>(q);
+  // the rest in one call: as many accumulator chains as there are panels (one panel alone
+  // waits on FMA latency: 16 panels as 6 + 6 + 1 x 4 took a fifth of a batch-1 forward)
+  const std::size_t rest = full_panels - q;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((rest == I + 1 ? micro.template operator()<static_cast<int>(I) + 1>(q) : void()), ...);
+  }(std::make_index_sequence<static_cast<std::size_t>(P - 1)>{});
 }
 
 /// rows (1..small_rows_max) rows of C x full_panels panels of NR columns, from packed A (rows of kc) and B.
-template <std::size_t NR>
-inline void small_rows_pass(std::size_t rows, std::size_t kc, const float* a, const float* b, std::size_t full_panels,
+template <std::size_t NR, class Bt>
+inline void small_rows_pass(std::size_t rows, std::size_t kc, const float* a, const Bt* b, std::size_t full_panels,
                             float* c, std::size_t ldc, bool first) noexcept {
   switch (rows) {
     case 1: return small_rows_r<1, NR>(kc, a, b, full_panels, c, ldc, first);
@@ -1127,6 +1160,18 @@ inline void small_rows_pass(std::size_t rows, std::size_t kc, const float* a, co
     case 4: return small_rows_r<4, NR>(kc, a, b, full_panels, c, ldc, first);
     default: return small_rows_r<5, NR>(kc, a, b, full_panels, c, ldc, first);
   }
+}
+
+/// small_rows_pass on one panel of which only the first `cols` columns are C's (the rest
+/// is packing's zero padding): through a local tile, as tile() does for partial tiles.
+template <std::size_t NR, class Bt>
+inline void small_rows_partial(std::size_t rows, std::size_t kc, const float* a, const Bt* b, float* c,
+                               std::size_t ldc, std::size_t cols, bool first) noexcept {
+  alignas(64) float local[small_rows_max * NR];
+  if (!first)
+    for (std::size_t i = 0; i < rows; ++i) std::memcpy(local + i * NR, c + i * ldc, cols * sizeof(float));
+  small_rows_pass<NR>(rows, kc, a, b, 1, local, NR, first);
+  for (std::size_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, local + i * NR, cols * sizeof(float));
 }
 
 __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::size_t pairs, const std::uint32_t* a,
@@ -1378,11 +1423,29 @@ inline void pack_b_whole(isa path, const matrix_view& b, std::size_t K, std::siz
   for (std::size_t pc = 0; pc < K; pc += bk.kc) pack_b_block(path, bk, b, pc, std::min(bk.kc, K - pc), 0, N, out + (pc / bk.kc) * l.block_floats);
 }
 
+/// Whether a cached packing of B (K, N) for a product of M rows keeps bf16 bits (2 bytes a
+/// value) rather than f32 slots: when the small-rows kernels read it (a batch-1 forward, M <=
+/// small_rows_max, not narrow, FMA paths). Such a product reads each weight once per call, so
+/// it runs at the speed B streams from cache: half the bytes (the 784-512-512-10 MLP's
+/// weights, 1.3 MB, fit a 2 MB L2 where 2.6 MB did not). The values are bf16 already (packing
+/// rounds them), so widening them back in the kernel is exact: the same bits.
+inline bool packs_half(isa path, std::size_t M, std::size_t N) noexcept {
+  return (path == isa::avx512 || path == isa::avx2) && M <= small_rows_max && !blocking_of(path, N).narrow;
+}
+
+/// A B operand packed whole by pack_b_whole (a cached operand): f32 slots, or (packs_half)
+/// the same values' bf16 bits in the same positions.
+struct packed_b {
+  const float* f32 = nullptr;
+  const std::uint16_t* half = nullptr;
+  explicit operator bool() const noexcept { return f32 || half; }
+};
+
 /// One thread's share: rows [m0, m1) x cols [n0, n1) of C (N columns in all), all of K, in k
-/// order. packed: B packed whole by pack_b_whole (a cached operand), else packed here.
+/// order. packed: B packed whole (a cached operand), else packed here.
 inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc,
                         std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, std::size_t N,
-                        const epilogue* ep, const float* packed) {
+                        const epilogue* ep, packed_b packed) {
   const blocking bk = blocking_of(path, N);
   const bool pairs = path == isa::avx512bf16;
   thread_local std::vector<float> abuf, bbuf;  // 4-byte slots: f32 values or bf16 pairs
@@ -1390,6 +1453,8 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
   abuf.resize(((bk.mc + bk.mr - 1) / bk.mr) * bk.mr * kc_max);
   if (!packed) bbuf.resize(((std::min(bk.nc, n1 - n0) + bk.nr - 1) / bk.nr) * bk.b_width() * kc_max);
   const std::size_t block_floats = packed ? packed_layout(bk, pairs, K, N).block_floats : 0;
+  // a half packing is read by the small-rows kernels only (packs_half chose it for them)
+  assert(!packed.half || (m1 - m0 <= small_rows_max && (path == isa::avx512 || path == isa::avx2)));
 #if XTPU_X86
   std::optional<flush_denormals> ftz_daz;
   if (path != isa::scalar) ftz_daz.emplace();
@@ -1399,10 +1464,12 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
     for (std::size_t pc = 0; pc < K; pc += bk.kc) {
       const std::size_t kc = std::min(bk.kc, K - pc);
       const std::size_t slots = pairs ? (kc + 1) / 2 : kc;  // 4-byte slots per row/col of a panel
-      const float* bblock;  // the panels of columns [jc, jc + nc)
-      if (packed) {
-        bblock = packed + (pc / bk.kc) * block_floats + (jc / bk.nr) * bk.b_width() * slots;
-      } else {
+      const float* bblock = nullptr;  // the panels of columns [jc, jc + nc)
+      const std::size_t at = (pc / bk.kc) * block_floats + (jc / bk.nr) * bk.b_width() * slots;
+      const std::uint16_t* bhalf = packed.half ? packed.half + at : nullptr;
+      if (packed.f32) {
+        bblock = packed.f32 + at;
+      } else if (!packed.half) {
         pack_b_block(path, bk, b, pc, kc, jc, nc, bbuf.data());
         bblock = bbuf.data();
       }
@@ -1420,11 +1487,21 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
         small_rows = mc <= small_rows_max && !bk.narrow && ((path == isa::avx2 && mc < bk.mr) || path == isa::avx512);
         if (small_rows) {
           const std::size_t full = nc / bk.nr;
-          if (path == isa::avx2) small_rows_pass<16>(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
-          else small_rows_pass<32>(mc, kc, abuf.data(), bblock, full, c + ic * ldc + jc, ldc, pc == 0);
-          if (nc % bk.nr)
-            tile(path, bk, kc, abuf.data(), bblock + full * bk.nr * slots, c + ic * ldc + jc + full * bk.nr, ldc, mc,
-                 nc % bk.nr, pc == 0);
+          float* cb = c + ic * ldc + jc;
+          if (bhalf) {
+            if (path == isa::avx2) small_rows_pass<16>(mc, kc, abuf.data(), bhalf, full, cb, ldc, pc == 0);
+            else small_rows_pass<32>(mc, kc, abuf.data(), bhalf, full, cb, ldc, pc == 0);
+            if (nc % bk.nr) {
+              const std::uint16_t* last_panel = bhalf + full * bk.nr * slots;
+              if (path == isa::avx2) small_rows_partial<16>(mc, kc, abuf.data(), last_panel, cb + full * bk.nr, ldc, nc % bk.nr, pc == 0);
+              else small_rows_partial<32>(mc, kc, abuf.data(), last_panel, cb + full * bk.nr, ldc, nc % bk.nr, pc == 0);
+            }
+          } else {
+            if (path == isa::avx2) small_rows_pass<16>(mc, kc, abuf.data(), bblock, full, cb, ldc, pc == 0);
+            else small_rows_pass<32>(mc, kc, abuf.data(), bblock, full, cb, ldc, pc == 0);
+            if (nc % bk.nr)
+              tile(path, bk, kc, abuf.data(), bblock + full * bk.nr * slots, cb + full * bk.nr, ldc, mc, nc % bk.nr, pc == 0);
+          }
         }
 #endif
         if (!small_rows)
@@ -1468,7 +1545,8 @@ inline isa kernel_path(isa path, std::size_t M, std::size_t N) noexcept {
 /// values (the tensor's storage version: a new version for every write) and how they are
 /// read. A key is packed on its second use (a weight read again unchanged: inference, frozen
 /// layers, a teacher), never on its first (a training step's weights change every step).
-/// Bounded: least recently used entries go first beyond `limit_bytes`.
+/// Bounded: least recently used entries go first beyond `limit_bytes`. An entry keeps f32
+/// slots, or bf16 bits when key::half (packs_half).
 class packed_cache {
  public:
   struct key {
@@ -1477,14 +1555,22 @@ class packed_cache {
     std::size_t rs, cs, K, N;
     bool bf16;
     isa path;
+    bool half;
     bool operator==(const key&) const = default;
+  };
+  struct operand {
+    std::vector<float> f32;
+    std::vector<std::uint16_t> half_storage;  // half: 64-byte aligned inside it (a k row of
+    std::uint16_t* half = nullptr;            // an AVX-512 panel is one cache line)
+    std::size_t bytes() const noexcept { return f32.size() * sizeof(float) + half_storage.size() * sizeof(std::uint16_t); }
+    packed_b view() const noexcept { return {f32.empty() ? nullptr : f32.data(), half}; }
   };
   static packed_cache& instance() {
     static packed_cache c;
     return c;
   }
   /// The packed operand for k, or null (first sight: the caller packs as it goes).
-  std::shared_ptr<const std::vector<float>> get(const key& k, const matrix_view& b) {
+  std::shared_ptr<const operand> get(const key& k, const matrix_view& b) {
     {
       std::lock_guard lock(m_);
       for (auto it = entries_.begin(); it != entries_.end(); ++it)
@@ -1501,13 +1587,28 @@ class packed_cache {
       *s = key{};
     }
     const blocking bk = blocking_of(k.path, k.N);
-    auto packed = std::make_shared<std::vector<float>>(packed_layout(bk, k.path == isa::avx512bf16, k.K, k.N).total);
-    pack_b_whole(k.path, b, k.K, k.N, packed->data());
+    auto packed = std::make_shared<operand>();
+    packed->f32.resize(packed_layout(bk, k.path == isa::avx512bf16, k.K, k.N).total);
+    pack_b_whole(k.path, b, k.K, k.N, packed->f32.data());
+    if (k.half) {  // every value is bf16 already (mxu_operand): its top half is all of it
+      packed->half_storage.resize(packed->f32.size() + 32);
+      void* base = packed->half_storage.data();
+      std::size_t room = packed->half_storage.size() * sizeof(std::uint16_t);
+      packed->half = static_cast<std::uint16_t*>(std::align(64, packed->f32.size() * sizeof(std::uint16_t), base, room));
+      const auto top = [](float v) { return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16); };
+      const std::size_t h = bk.nr / 2;  // each k row of a panel: columns j and h + j side by side (load_row)
+      for (std::size_t r = 0; r < packed->f32.size(); r += bk.nr)
+        for (std::size_t j = 0; j < h; ++j) {
+          packed->half[r + 2 * j] = top(packed->f32[r + j]);
+          packed->half[r + 2 * j + 1] = top(packed->f32[r + h + j]);
+        }
+      packed->f32 = {};
+    }
     std::lock_guard lock(m_);
-    bytes_ += packed->size() * sizeof(float);
+    bytes_ += packed->bytes();
     entries_.push_front({k, packed});
     while (bytes_ > limit_bytes && entries_.size() > 1) {
-      bytes_ -= entries_.back().data->size() * sizeof(float);
+      bytes_ -= entries_.back().data->bytes();
       entries_.pop_back();
     }
     return packed;
@@ -1528,7 +1629,7 @@ class packed_cache {
  private:
   struct entry {
     key k;
-    std::shared_ptr<const std::vector<float>> data;
+    std::shared_ptr<const operand> data;
   };
   mutable std::mutex m_;
   std::list<entry> entries_;
@@ -1550,9 +1651,10 @@ inline void pass_blocked(const matrix_view& a, const matrix_view& b, float* c, s
   const bool split_n = N / bk.nr >= M / bk.mr;
   const std::size_t units = split_n ? (N + bk.nr - 1) / bk.nr : (M + bk.mr - 1) / bk.mr;
   t = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(t, 1)), units));
-  std::shared_ptr<const std::vector<float>> packed;
-  if (b_version != 0) packed = packed_cache::instance().get({b.data, b_version, b.rs, b.cs, K, N, b.bf16, path}, b);
-  const float* pb = packed ? packed->data() : nullptr;
+  std::shared_ptr<const packed_cache::operand> packed;
+  if (b_version != 0)
+    packed = packed_cache::instance().get({b.data, b_version, b.rs, b.cs, K, N, b.bf16, path, packs_half(path, M, N)}, b);
+  const packed_b pb = packed ? packed->view() : packed_b{};
   kernels::detail::thread_pool::instance().run(t, [&](int i) {
     const std::size_t u0 = units * static_cast<std::size_t>(i) / static_cast<std::size_t>(t),
                       u1 = units * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(t);
