@@ -20,6 +20,7 @@
 #include "xtpu/kernels/cpu.hpp"
 #include "xtpu/kernels/matmul.hpp"
 #include "xtpu/kernels/mxu.hpp"
+#include "xtpu/kernels/scratch.hpp"
 
 namespace xtpu::detail {
 
@@ -29,8 +30,7 @@ float* out_f32(T* out, std::size_t offset, std::vector<float>& scratch, std::siz
   if constexpr (std::is_same_v<T, float>) {
     return out + offset;
   } else {
-    scratch.resize(n);
-    return scratch.data();
+    return kernels::detail::grown(scratch, n);
   }
 }
 
@@ -52,13 +52,16 @@ template <class Node, slots S>
 struct operand_source {
   using Shape = typename Node::shape_type;
   static constexpr std::size_t rows = Shape::dims[Shape::rank - 2], cols = Shape::dims[Shape::rank - 1];
-  std::vector<float> values;  // only for expressions that are evaluated first
+  static constexpr bool evaluated = !is_stored_v<Node> && !is_transposed_leaf_v<Node>;
+  struct none {
+    explicit none(std::size_t) {}
+  };
+  // an expression is evaluated first, into a buffer reused from step to step
+  std::conditional_t<evaluated, kernels::detail::borrowed_floats, none> values{evaluated ? Shape::size : 0};
 
   explicit operand_source(const bound& b) {
-    if constexpr (!is_stored_v<Node> && !is_transposed_leaf_v<Node>) {
-      values.resize(Shape::size);
+    if constexpr (evaluated)
       for (std::size_t i = 0; i < Shape::size; ++i) values[i] = static_cast<float>(evaluator<Node>::template load<S>(b, i));
-    }
   }
   mxu::matrix_view view(const bound& b, std::size_t batch) const {
     if constexpr (is_stored_v<Node>) {

@@ -42,6 +42,7 @@
 #include "xtpu/dtype/bf16.hpp"
 #include "xtpu/kernels/cpu.hpp"
 #include "xtpu/kernels/reference.hpp"
+#include "xtpu/kernels/scratch.hpp"
 #include "xtpu/kernels/intrinsics.hpp"
 #include "xtpu/kernels/thread_pool.hpp"
 
@@ -933,7 +934,7 @@ inline void pack_b_narrow(isa path, const matrix_view& b, std::size_t p0, std::s
       return rows_to_narrow_avx512<false, Q>(b.address(j0), b.bf16, b.rs, p0, kc, nc, out);
     }
     thread_local std::vector<float> plain;
-    plain.resize(kc * 16);
+    kernels::detail::grown(plain, kc * 16);
     pack_b(path, b, p0, kc, j0, nc, 16, false, plain.data());
     if (path == isa::avx2) repeat_panel_avx2<Q>(plain.data(), kc, out);
     else repeat_panel_avx512<Q>(plain.data(), kc, out);
@@ -1450,8 +1451,8 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
   const bool pairs = path == isa::avx512bf16;
   thread_local std::vector<float> abuf, bbuf;  // 4-byte slots: f32 values or bf16 pairs
   const std::size_t kc_max = std::min(bk.kc, K + (K & 1));
-  abuf.resize(((bk.mc + bk.mr - 1) / bk.mr) * bk.mr * kc_max);
-  if (!packed) bbuf.resize(((std::min(bk.nc, n1 - n0) + bk.nr - 1) / bk.nr) * bk.b_width() * kc_max);
+  kernels::detail::grown(abuf, ((bk.mc + bk.mr - 1) / bk.mr) * bk.mr * kc_max);
+  if (!packed) kernels::detail::grown(bbuf, ((std::min(bk.nc, n1 - n0) + bk.nr - 1) / bk.nr) * bk.b_width() * kc_max);
   const std::size_t block_floats = packed ? packed_layout(bk, pairs, K, N).block_floats : 0;
   // a half packing is read by the small-rows kernels only (packs_half chose it for them)
   assert(!packed.half || (m1 - m0 <= small_rows_max && (path == isa::avx512 || path == isa::avx2)));
@@ -1691,7 +1692,7 @@ XTPU_RUNTIME_INLINE void pass(const matrix_view& a, const matrix_view& b, float*
   // vector lanes instead of a panel mostly padding. Each element is the same fma chain over k
   // in the same order (a product of two values is the same either way round): the same bits.
   thread_local std::vector<float> ct;
-  ct.resize(N * M);
+  kernels::detail::grown(ct, N * M);
   detail::pass_blocked({b.data, b.bf16, b.cs, b.rs}, {a.data, a.bf16, a.cs, a.rs}, ct.data(), M, N, M, K, path, threads,
                        nullptr, 0);
   for (std::size_t i = 0; i < M; ++i)
