@@ -1168,7 +1168,7 @@ inline void small_rows_pass(std::size_t rows, std::size_t kc, const float* a, co
 template <std::size_t NR, class Bt>
 inline void small_rows_partial(std::size_t rows, std::size_t kc, const float* a, const Bt* b, float* c,
                                std::size_t ldc, std::size_t cols, bool first) noexcept {
-  alignas(64) float local[small_rows_max * NR];
+  alignas(64) float local[small_rows_max * NR] = {};  // (the padding lanes: defined, never copied out)
   if (!first)
     for (std::size_t i = 0; i < rows; ++i) std::memcpy(local + i * NR, c + i * ldc, cols * sizeof(float));
   small_rows_pass<NR>(rows, kc, a, b, 1, local, NR, first);

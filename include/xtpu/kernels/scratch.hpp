@@ -33,7 +33,12 @@ class borrowed_floats {
     }
     grown(v_, n);
   }
-  ~borrowed_floats() { pool_of_thread().push_back(std::move(v_)); }
+  ~borrowed_floats() {  // (a stack object: the thread's pool outlives it)
+    try {
+      pool_of_thread().push_back(std::move(v_));
+    } catch (...) {  // no room to keep it: the buffer is freed instead
+    }
+  }
   borrowed_floats(const borrowed_floats&) = delete;
   borrowed_floats& operator=(const borrowed_floats&) = delete;
   float* data() noexcept { return v_.data(); }
