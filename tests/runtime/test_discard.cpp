@@ -59,6 +59,22 @@ TEST_F(Discard, AssignedTensorsGetTheirValuesBack) {
   EXPECT_EQ(host(w)[0], 20.0);
 }
 
+TEST_F(Discard, AResultNobodyHoldsDoesNotMakeItsValueBeCopied) {
+  tensor<float, 4, 8> w = xtpu::full<float, 4, 8>(2.0f);
+  xtpu::mark_step();
+  const std::uint64_t in_use = dev.bytes_in_use();
+  {
+    tensor<float, 4, 8> a = w;  // shares w's value
+    a = w * 5.0f;               // a's result links that value; then nobody holds the result
+  }
+  w = w * 3.0f;
+  dev.reset_peak();
+  xtpu::discard_step();
+  EXPECT_EQ(host(w)[7], 2.0);
+  EXPECT_EQ(dev.peak_bytes_in_use(), in_use) << "w's value moved back, not copied: the dropped result's link holds nothing";
+  EXPECT_EQ(dev.bytes_in_use(), in_use);
+}
+
 TEST_F(Discard, TwoTensorsSharingAValueBothKeepIt) {
   tensor<float, 256> w = xtpu::full<float, 256>(1.5f);
   xtpu::mark_step();

@@ -101,6 +101,26 @@ TEST_F(Lazy, ADroppedChainIsDeadCodeAsAWhole) {
   EXPECT_EQ(host(kept)[0], double(values(4, 8)[0] - 1.0f));
 }
 
+TEST_F(Lazy, ADroppedChainOfAssignmentsIsDeadAndKeepsNothing) {
+  // the step holds each result until it runs: one nobody else holds must still count as gone,
+  // and let go of the value its assignment replaced, even when that link points forward
+  auto x = device<float, 4>(values(4, 8));
+  const auto d = xtpu::device::current();
+  const std::size_t buffers = d.live_buffers();
+  xtpu::tensor<float, 4> kept = x - 1.0f;
+  {
+    xtpu::tensor<float, 4> c = x + 1.0f;
+    xtpu::tensor<float, 4> a = x * 7.0f;
+    a = x * 2.0f;  // a's new result links the one it replaced
+    a = c;         // c's result links a's, a later statement's
+  }
+  xtpu::mark_step();
+  EXPECT_EQ(count("DeadStatements"), 3);
+  EXPECT_EQ(count("KernelLaunch"), 1);
+  EXPECT_EQ(d.live_buffers(), buffers + 1);  // kept's: nothing else was computed or kept
+  EXPECT_EQ(host(kept)[2], double(values(4, 8)[2] - 1.0f));
+}
+
 TEST_F(Lazy, TensorDestroyedWhilePendingIsDeadCode) {
   auto x = device<float, 4>(values(4, 8));
   xtpu::tensor<float, 4> kept = x + 1.0f;

@@ -29,7 +29,6 @@
 #include <sstream>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -105,6 +104,59 @@ constexpr std::uint64_t capacity_of(std::uint64_t hbm, double fraction) noexcept
   return static_cast<std::uint64_t>(static_cast<double>(hbm) * fraction);
 }
 
+/// The chip allocator's maps from a size to V (live buffers by size, cached blocks by size):
+/// open addressing in a power-of-two table, hashed by one multiplication — no division and
+/// no node per entry, which a std::unordered_map lookup cost on every allocation and free.
+/// Entries stay once made (a size seen once is likely seen again): a count falls to zero, a
+/// vector empties. Not thread-safe (the chip's mutex guards it).
+template <class V>
+class size_map {
+ public:
+  /// The value of `size`, made (V{}) if new; may throw bad_alloc (nothing changed then).
+  V& operator[](std::size_t size) {
+    if (2 * (used_ + 1) > slots_.size()) grow();
+    slot& s = slots_[where(slots_, size)];
+    if (!s.used) {
+      s = slot{size, true, V{}};
+      ++used_;
+    }
+    return s.value;
+  }
+  /// The value of `size`, or null.
+  V* find(std::size_t size) noexcept {
+    if (slots_.empty()) return nullptr;
+    slot& s = slots_[where(slots_, size)];
+    return s.used ? &s.value : nullptr;
+  }
+  template <class F>
+  void for_each(F f) const {
+    for (const slot& s : slots_)
+      if (s.used) f(s.key, s.value);
+  }
+
+ private:
+  struct slot {
+    std::size_t key = 0;
+    bool used = false;
+    V value{};
+  };
+  /// The slot of `size` in t: its own, or the empty one where it would go.
+  static std::size_t where(const std::vector<slot>& t, std::size_t size) noexcept {
+    const std::size_t mask = t.size() - 1;
+    std::size_t i = static_cast<std::size_t>((size * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+    while (t[i].used && t[i].key != size) i = (i + 1) & mask;
+    return i;
+  }
+  void grow() {
+    std::vector<slot> bigger(slots_.empty() ? 16 : 2 * slots_.size());  // may throw: nothing moved yet
+    for (slot& s : slots_)
+      if (s.used) bigger[where(bigger, s.key)] = std::move(s);
+    slots_ = std::move(bigger);
+  }
+  std::vector<slot> slots_;  // a power of two in size, at most half used
+  std::size_t used_ = 0;
+};
+
 /// One emulated chip: its generation, its HBM accounting and its caching allocator.
 /// Thread-safe. Made and owned by chip_registry; users hold xtpu::device handles to it.
 class chip {
@@ -114,8 +166,9 @@ class chip {
   chip(const chip&) = delete;
   chip& operator=(const chip&) = delete;
   ~chip() {
-    for (auto& [size, blocks] : free_)
+    free_.for_each([](std::size_t, const std::vector<void*>& blocks) {
       for (void* p : blocks) std::free(p);
+    });
   }
 
   const generation& spec() const noexcept { return *gen_; }
@@ -220,9 +273,9 @@ class chip {
     in_use_.store(now + charged, std::memory_order_relaxed);
     if (now + charged > peak_.load(std::memory_order_relaxed)) peak_.store(now + charged, std::memory_order_relaxed);
     const std::size_t block = block_size(bytes);
-    if (auto it = free_.find(block); it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
+    if (auto* blocks = free_.find(block); blocks != nullptr && !blocks->empty()) {
+      void* p = blocks->back();
+      blocks->pop_back();
       cached_bytes_ -= block;
       return p;
     }
@@ -233,13 +286,14 @@ class chip {
   void untake_locked(void* p, std::size_t bytes, std::size_t charged) noexcept {
     deallocate_accounting_locked(charged);
     if (!p) return;
-    free_.find(block_size(bytes))->second.push_back(p);
+    free_.find(block_size(bytes))->push_back(p);
     cached_bytes_ += block_size(bytes);
   }
   std::vector<std::size_t> largest_locked(std::size_t n) const {
     std::vector<std::size_t> largest;
-    for (const auto& [size, count] : live_)
+    live_.for_each([&](std::size_t size, std::size_t count) {
       for (std::size_t i = 0; i < count && i < n; ++i) largest.push_back(size);
+    });
     std::sort(largest.rbegin(), largest.rend());
     largest.resize(std::min(largest.size(), n));
     return largest;
@@ -250,7 +304,7 @@ class chip {
   }
   void deallocate_accounting_locked(std::size_t bytes) noexcept {  // writers hold mu_: no read-modify-write needed
     in_use_.store(in_use_.load(std::memory_order_relaxed) - bytes, std::memory_order_relaxed);
-    if (auto it = live_.find(bytes); it != live_.end() && it->second > 0) --it->second;
+    if (auto* count = live_.find(bytes); count != nullptr && *count > 0) --*count;
     --live_count_;
   }
   std::string oom_message(std::size_t bytes, std::string_view what, std::uint64_t now, std::uint64_t cap) const;
@@ -262,9 +316,9 @@ class chip {
   std::atomic<double> fraction_;
   std::atomic<std::uint64_t> in_use_{0}, peak_{0};
   mutable std::mutex mu_;
-  std::unordered_map<std::size_t, std::size_t> live_;  // live buffers by size (for out_of_memory)
+  size_map<std::size_t> live_;  // live buffers by size (for out_of_memory)
   std::size_t live_count_ = 0;
-  std::unordered_map<std::size_t, std::vector<void*>> free_;  // cached blocks by block size
+  size_map<std::vector<void*>> free_;  // cached blocks by block size
   std::size_t cached_bytes_ = 0;
 };
 

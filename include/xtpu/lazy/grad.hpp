@@ -243,7 +243,7 @@ void vjp_entry(step& s, std::uint32_t stmt, const std::shared_ptr<storage>& gt, 
   using out_t = tensor_for_t<typename E::value_type, typename E::shape_type>;
   const out_t g = tensor_access::adopt<out_t>(gt);
   leaf_sink<n> sink{state, leaves, want};
-  if (const auto out = st.out.lock()) {  // the statement's own value: some rules read it (vjp_root)
+  if (const auto out = st.seen()) {  // the statement's own value: some rules read it (vjp_root)
     const out_t value = tensor_access::adopt<out_t>(out);
     vjp_root<0>(node, value, g, sink);
   } else {
@@ -300,8 +300,7 @@ backward_state backward_begin(const Loss& loss, std::vector<const storage*> targ
     if (!state.reach[i]) continue;
     const auto& st = s.statement_at(i);
     const vjp_fn rule = st.vjp;
-    const auto out = st.out.lock();
-    const auto g = out ? state.grads.find(out.get()) : state.grads.end();
+    const auto g = state.grads.find(st.out.get());
     if (!rule || g == state.grads.end()) continue;
     const std::shared_ptr<storage> gt = g->second;  // the rule adds to grads: no iterator kept
     rule(s, static_cast<std::uint32_t>(i), gt, state);

@@ -73,9 +73,14 @@ struct statement_core {
 
 /// What recording `t = e` leaves in the step.
 struct statement : statement_core {
-  std::weak_ptr<storage> out;  // expired: nobody can see the result
+  // the result, held by the step until it runs (a count of one: nobody else can see it; a
+  // strong reference, so that finding the live results takes no atomic read-modify-write)
+  std::shared_ptr<storage> out;
   vjp_fn vjp = nullptr;
   xtpu::source_location where{};  // the user's line that recorded it (step.hpp's record_erased says which)
+  /// The result if anyone besides this statement holds it (a tensor, a later statement's leaf, a
+  /// link), else null: a result nobody can see.
+  std::shared_ptr<storage> seen() const noexcept { return out.use_count() > 1 ? out : nullptr; }
 };
 
 /// The wiring code of a leaf: external tensor `n`, or the output of statement `p` of the step.

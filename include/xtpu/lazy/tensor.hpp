@@ -274,7 +274,7 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   /// A fresh storage with a buffer of this tensor's size on d.
   static std::shared_ptr<detail::storage> make_storage(const xtpu::device& d, std::string_view what) {
     settings::check_environment();
-    auto s = std::make_shared<detail::storage>(d.chip());
+    auto s = detail::new_storage(d.chip());
     s->buffer = detail::device_buffer(d.chip(), bytes, what, detail::hbm_charge(bytes, std::is_same_v<T, float>));
     return s;
   }
