@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <vector>
 
 using namespace xtpu_test;
 namespace metrics = xtpu::metrics;
@@ -199,6 +200,30 @@ TEST_F(Lazy, PendingTensorOfAnotherThreadIsASyncError) {
   EXPECT_EQ(xtpu::lazy::pending_statements(), 1u);  // this thread's step is untouched
   xtpu::mark_step();
   EXPECT_EQ(host(mine)[2], double(values(4, 11)[2] * 2.0f));
+}
+
+TEST_F(Lazy, ValuesMadeAndDroppedOnDifferentThreads) {
+  // storages come from per-thread free lists (1024 blocks): a value may be freed by another
+  // thread than its maker, before or after its maker ends, and past any list's capacity
+  auto x = device<float, 4>(values(4, 13));
+  std::vector<xtpu::tensor<float, 4>> made_there(1100), made_here(1100);
+  std::thread([&] {
+    for (std::size_t i = 0; i < made_there.size(); ++i) made_there[i] = x * static_cast<float>(i);
+    xtpu::mark_step();
+  }).join();  // its list is gone
+  EXPECT_EQ(host(made_there[7])[1], double(values(4, 13)[1] * 7.0f));
+  for (std::size_t i = 0; i < made_here.size(); ++i) made_here[i] = x + static_cast<float>(i);
+  xtpu::mark_step();
+  std::thread([&] {
+    xtpu::tensor<float, 4> own = x - 1.0f;  // this thread's list exists now
+    xtpu::mark_step();
+    made_here.clear();  // into its list, then past its capacity to the heap
+    made_there.clear();
+  }).join();
+  xtpu::tensor<float, 4> again = x * 3.0f;  // this thread's own list goes on
+  xtpu::mark_step();
+  EXPECT_EQ(host(again)[0], double(values(4, 13)[0] * 3.0f));
+  EXPECT_TRUE(made_here.empty());
 }
 
 TEST_F(Lazy, AThrowWhileRecordingLeavesTheStepConsistent) {

@@ -73,13 +73,15 @@ struct statement_core {
 
 /// What recording `t = e` leaves in the step.
 struct statement : statement_core {
-  // the result, held by the step until it runs (a count of one: nobody else can see it; a
-  // strong reference, so that finding the live results takes no atomic read-modify-write)
+  // the result, held by the step until it runs, is discarded or its thread ends (a count of
+  // one: nobody else can see it; a strong reference, so that finding the live results takes
+  // no atomic read-modify-write)
   std::shared_ptr<storage> out;
   vjp_fn vjp = nullptr;
   xtpu::source_location where{};  // the user's line that recorded it (step.hpp's record_erased says which)
   /// The result if anyone besides this statement holds it (a tensor, a later statement's leaf, a
-  /// link), else null: a result nobody can see.
+  /// link), else null: a result nobody can see. Exact after step::drop_unseen_links (before it,
+  /// a link from a result nobody can see still counts).
   std::shared_ptr<storage> seen() const noexcept { return out.use_count() > 1 ? out : nullptr; }
 };
 

@@ -79,11 +79,22 @@ struct storage {
 };
 
 /// The allocator of storages: make_shared's one block (count and storage) from a free list of
-/// this thread's, up to 1024 blocks, else the heap — a step makes a storage per statement and
-/// frees as many, and malloc with free was ~5 % of a cached 10-statement step. A block freed
-/// on another thread joins that thread's list (memory is memory); a thread's list is freed when
-/// the thread ends, and a block freed after that (by a later thread_local's destructor) goes
-/// straight back to the heap. Under ASan (g++'s __SANITIZE_ADDRESS__) nothing is recycled.
+/// this thread's, up to 1024 blocks (~110 bytes each), else the heap — a step makes a storage
+/// per statement and frees as many, and malloc with free was ~5 % of a cached 10-statement
+/// step. A block freed on another thread joins that thread's list if it has one (memory is
+/// memory); a thread's list is freed when the thread ends, and a block freed after that (by a
+/// later thread_local's destructor) goes straight back to the heap. Under ASan nothing is
+/// recycled, so that a storage used after its free is found.
+#if defined(__SANITIZE_ADDRESS__)
+#define XTPU_RECYCLE_STORAGES 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang before 15 does not define __SANITIZE_ADDRESS__
+#define XTPU_RECYCLE_STORAGES 0
+#endif
+#endif
+#ifndef XTPU_RECYCLE_STORAGES
+#define XTPU_RECYCLE_STORAGES 1
+#endif
 template <class T>
 struct recycled {
   using value_type = T;
@@ -101,7 +112,7 @@ struct recycled {
   }
   void deallocate(T* p, std::size_t n) noexcept {
     if (n == 1)
-      if (auto* l = list(); l != nullptr && l->blocks.size() < l->blocks.capacity()) {
+      if (auto* l = current(); l != nullptr && l->blocks.size() < l->blocks.capacity()) {
         l->blocks.push_back(p);  // no throw: within the capacity reserved
         return;
       }
@@ -117,8 +128,10 @@ struct recycled {
         blocks.reserve(1024);
       } catch (...) {  // no room for the list: every block goes to the heap
       }
+      current() = this;
     }
     ~free_list() {
+      current() = nullptr;
       ended() = true;
       for (void* p : blocks) ::operator delete(p);
     }
@@ -128,13 +141,20 @@ struct recycled {
     return e;
   }
   static free_list* list() noexcept {
-#if defined(__SANITIZE_ADDRESS__)
-    return nullptr;  // under ASan every block goes to the heap: a storage used after its free is found
-#else
+#if XTPU_RECYCLE_STORAGES
+    if (free_list* l = current()) return l;
     if (ended()) return nullptr;
     thread_local free_list l;
     return &l;
+#else
+    return nullptr;
 #endif
+  }
+  /// This thread's list if it exists (deallocate never makes one: a block freed while the
+  /// thread ends goes to the heap, and a list made then could be left unfreed).
+  static free_list*& current() noexcept {
+    thread_local free_list* l = nullptr;  // trivial, as ended()
+    return l;
   }
 };
 
@@ -471,13 +491,13 @@ class step {
   void run(const debug::trigger& why);
 
  private:
-  /// Undoes compiled(): drops the held outputs and the liveness words appended after g0.
+  /// Undoes compiled(): forgets the live outputs and drops the liveness words appended after g0.
   void undo_compiled(std::size_t g0) noexcept {
     outputs_.clear();
     signature_.resize(g0);
   }
 
-  /// The plan of what is pending, from the cache or built now (holding the live outputs in
+  /// The plan of what is pending, from the cache or built now (listing the live outputs in
   /// outputs_ and appending the liveness and donation words and the trailer — bf16 storage,
   /// the chip — to signature_; the caller undoes both). `why`: what runs the step (null: explain(), which runs nothing) —
   /// a compile is then reported (XTPU_DEBUG) and checked against no_recompile_after.
@@ -848,7 +868,7 @@ class step {
       }
     });
   }
-  /// The output of the plan's i-th live statement (held in outputs_ by hold_live_outputs).
+  /// The output of the plan's i-th live statement (listed in outputs_ by hold_live_outputs).
   storage& output(const plan& p, std::size_t i) const noexcept { return *outputs_[p.stmts[i].stmt]; }
 
   /// The thread ends with statements pending: their values will never exist.
@@ -985,14 +1005,15 @@ inline void settle_thread() noexcept { thread_steps::get().settle(); }
 /// optimizer's state is always read by its update. A value has one link: the first assignment
 /// of it to a tensor (or slot) that held another value; a later copy of it elsewhere shares it,
 /// and its fate (docs/lazy.md#dropping-a-step). A value already in handle's chain (`a = c`
-/// after `c = a; a = e`) is not linked again: no cycle. A value only `next` holds is in no chain
-/// (a link holds its value): `t = e`, a statement recorded just now, links without a walk.
+/// after `c = a; a = e`) is not linked again: no cycle. A value only `next` and its statement
+/// hold is in no chain (a link holds its value): `t = e`, a statement recorded just now, links
+/// without a walk (a walk each time would make k assignments to one tensor in a step O(k^2)).
 inline void replace(std::shared_ptr<storage>& handle, std::shared_ptr<storage> next) noexcept {
   if (next && !next->previous && handle) {
     const void* o = next->owner.load(std::memory_order_relaxed);
     if (thread_steps::get().owns(o) && static_cast<const step*>(o)->holds(handle.get())) {
       bool in_chain = false;
-      if (next.use_count() > 1)
+      if (next.use_count() > 2)  // next pends in this thread's step: its statement holds it too
         for (const storage* p = handle.get(); p != nullptr && !in_chain; p = p->previous.get()) in_chain = p == next.get();
       if (!in_chain) next->previous = std::move(handle);
     }
