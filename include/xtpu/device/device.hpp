@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -104,8 +105,15 @@ constexpr std::uint64_t capacity_of(std::uint64_t hbm, double fraction) noexcept
   return static_cast<std::uint64_t>(static_cast<double>(hbm) * fraction);
 }
 
+/// The home slot of `key` in an open-addressing table of `slots` cells (a power of two, 2 or
+/// more): Fibonacci hashing, the top bits of key * 2^64/phi. The one hash of the runtime's
+/// small tables: size_map here, lazy/step.hpp's slot_map.
+constexpr std::size_t fibonacci_home(std::uint64_t key, std::size_t slots) noexcept {
+  return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - std::countr_zero(slots)));
+}
+
 /// The chip allocator's maps from a size to V (live buffers by size, cached blocks by size):
-/// open addressing in a power-of-two table, hashed by one multiplication — no division and
+/// open addressing in a power-of-two table, hashed by fibonacci_home — no division and
 /// no node per entry, which a std::unordered_map lookup cost on every allocation and free.
 /// Entries stay once made (a size seen once is likely seen again): a count falls to zero, a
 /// vector empties. Not thread-safe (the chip's mutex guards it).
@@ -143,7 +151,7 @@ class size_map {
   /// The slot of `size` in t: its own, or the empty one where it would go.
   static std::size_t where(const std::vector<slot>& t, std::size_t size) noexcept {
     const std::size_t mask = t.size() - 1;
-    std::size_t i = static_cast<std::size_t>((size * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+    std::size_t i = fibonacci_home(size, t.size());
     while (t[i].used && t[i].key != size) i = (i + 1) & mask;
     return i;
   }

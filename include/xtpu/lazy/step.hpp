@@ -34,7 +34,6 @@
 #pragma once
 
 #include <atomic>
-#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -265,9 +264,7 @@ class slot_map {
     std::uint64_t key = 0;
     std::uint32_t value = 0;
   };
-  std::size_t home(std::uint64_t key) const noexcept {  // Fibonacci hashing: the top bits of key * 2^64/phi
-    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
-  }
+  std::size_t home(std::uint64_t key) const noexcept { return fibonacci_home(key, table_.size()); }
   void place(const cell& c) noexcept {  // c.key absent, room reserved
     std::size_t i = home(c.key);
     while (table_[i].key != 0) i = (i + 1) & (table_.size() - 1);
@@ -284,12 +281,10 @@ class slot_map {
     used.reserve(n / 2);
     table_.swap(table);
     used_.swap(used);
-    shift_ = 64 - static_cast<unsigned>(std::countr_zero(n));
     for (const cell& c : old) place(c);
   }
   std::vector<cell> table_;
   std::vector<std::uint32_t> used_;  // the cells in use, in insertion order
-  unsigned shift_ = 64;
 };
 
 /// LRU cache of compiled plans, shared by all threads. XTPU_CACHE_SIZE entries (default 1024).
