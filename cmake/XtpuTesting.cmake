@@ -1,4 +1,30 @@
-# Test helpers: compile-fail twins (Eigen's failtest idea) and header self-containment.
+# Test helpers: compile-fail twins (Eigen's failtest idea), header self-containment and the
+# precompiled headers of xtpu's own programs.
+
+# Compiles TARGET with HEADERS precompiled, shared by every target of GROUP (XTPU_PCH): the first
+# target of a group builds the header, the others reuse it, so a group's targets must be
+# compiled with the same definitions and options (CMake passes -Winvalid-pch: g++ would
+# otherwise parse the headers again in silence; clang++ refuses a header built otherwise).
+# Parsing xtpu.hpp and its dependencies is 4-6 s of every file (docs/architecture.md).
+function(xtpu_use_pch target group)
+  if(NOT XTPU_PCH)
+    return()
+  endif()
+  # g++ 12 forgets that a precompiled header's intrinsics (immintrin.h) are system headers and
+  # reports -W(maybe-)uninitialized inside them (their `__m512 __Y = __Y;`) wherever they are
+  # inlined: those two are off in g++'s files that use one (the clang preset compiles the same
+  # files with clang++'s -Wuninitialized and -Wsometimes-uninitialized). clang++
+  # leaves the header's time out of it: ccache caches the files that use it only then.
+  target_compile_options(${target} PRIVATE "$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized;-Wno-maybe-uninitialized>"
+                         "$<$<CXX_COMPILER_ID:Clang>:SHELL:-Xclang -fno-pch-timestamp>")
+  get_property(host GLOBAL PROPERTY xtpu_pch_${group})
+  if(host)
+    target_precompile_headers(${target} REUSE_FROM ${host})
+  else()
+    target_precompile_headers(${target} PRIVATE ${ARGN})
+    set_property(GLOBAL PROPERTY xtpu_pch_${group} ${target})
+  endif()
+endfunction()
 
 # The include flags a hand-run compiler needs: xtpu's own, then the dependencies' headers.
 function(xtpu_compile_flags out)
