@@ -3,18 +3,20 @@
 
 # Compiles TARGET with HEADERS precompiled, shared by every target of GROUP (XTPU_PCH): the first
 # target of a group builds the header, the others reuse it, so a group's targets must be
-# compiled with the same definitions and options (CMake passes -Winvalid-pch: g++ would
-# otherwise parse the headers again in silence; clang++ refuses a header built otherwise).
-# Parsing xtpu.hpp and its dependencies is 4-6 s of every file (docs/architecture.md).
+# compiled with the same options and the same value of every macro the headers read (CMake
+# passes -Winvalid-pch: g++ would otherwise parse the headers again in silence; clang++ refuses
+# a header built with another value). Parsing xtpu.hpp and its dependencies is 4-6 s of every
+# file (docs/architecture.md). A file of a group sees all of xtpu.hpp whatever it includes.
 function(xtpu_use_pch target group)
   if(NOT XTPU_PCH)
     return()
   endif()
-  # g++ 12 forgets that a precompiled header's intrinsics (immintrin.h) are system headers and
-  # reports -W(maybe-)uninitialized inside them (their `__m512 __Y = __Y;`) wherever they are
-  # inlined: those two are off in g++'s files that use one (the clang preset compiles the same
-  # files with clang++'s -Wuninitialized and -Wsometimes-uninitialized). clang++
-  # leaves the header's time out of it: ccache caches the files that use it only then.
+  # g++ 12 does not keep `#pragma GCC diagnostic` in a precompiled header, so the pragmas with
+  # which kernels/intrinsics.hpp reads <immintrin.h> (its false "'__Y' is used uninitialized",
+  # GCC bug 105593) are lost: -W(maybe-)uninitialized are off in g++'s files that use one. The
+  # examples build without one under g++ (examples/CMakeLists.txt), so g++'s check still sees
+  # every loop they and the benchmarks instantiate; clang++ checks the tests. clang++ leaves
+  # the header's time out of it: ccache caches the files that use it only then.
   target_compile_options(${target} PRIVATE "$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized;-Wno-maybe-uninitialized>"
                          "$<$<CXX_COMPILER_ID:Clang>:SHELL:-Xclang -fno-pch-timestamp>")
   get_property(host GLOBAL PROPERTY xtpu_pch_${group})
