@@ -632,13 +632,28 @@ TEST(Reductions, FollowTheDocumentedOrder) {
   xtpu::tensor<float> all = xtpu::sum(x);
   xtpu::tensor<float, 100> rows = xtpu::sum<1>(m);
   xtpu::tensor<float, 700> cols = xtpu::sum<0>(m);
+  // the same values computed (a map: reduced from a row of scratch, not where they lie), and
+  // rows longer than a block (two of 35000), stored and computed
+  xtpu::tensor<float> all_computed = xtpu::sum(x * 1.0f);
+  xtpu::tensor<float, 100> rows_computed = xtpu::sum<1>(m * 1.0f);
+  auto w = xtpu::from_host<float, 2, 35000>(v);
+  xtpu::tensor<float, 2> long_rows = xtpu::sum<1>(w);
+  xtpu::tensor<float, 2> long_rows_computed = xtpu::sum<1>(w * 1.0f);
   xtpu::mark_step();
   EXPECT_EQ(bits(all.item()), bits(canonical_sum(v)));
+  EXPECT_EQ(bits(all_computed.item()), bits(canonical_sum(v)));
+  for (std::size_t r = 0; r < 2; ++r) {
+    const std::vector<float> row(v.begin() + static_cast<std::ptrdiff_t>(r * 35000), v.begin() + static_cast<std::ptrdiff_t>(r * 35000 + 35000));
+    EXPECT_EQ(bits(long_rows.to_host()(r)), bits(canonical_sum(row))) << r;
+    EXPECT_EQ(bits(long_rows_computed.to_host()(r)), bits(canonical_sum(row))) << r;
+  }
+  const auto hrc = rows_computed.to_host();
   const auto hr = rows.to_host();
   const auto hc = cols.to_host();
   for (std::size_t r = 0; r < 100; ++r) {
     std::vector<float> row(v.begin() + static_cast<std::ptrdiff_t>(r * 700), v.begin() + static_cast<std::ptrdiff_t>(r * 700 + 700));
     ASSERT_EQ(bits(hr(r)), bits(canonical_sum(row))) << r;
+    ASSERT_EQ(bits(hrc(r)), bits(canonical_sum(row))) << r;
   }
   for (std::size_t c = 0; c < 700; ++c) {
     float acc = -0.0f;  // another axis: in index order

@@ -14,6 +14,8 @@
 //     least `grain` for the thread pool (one piece, on the caller, below it); for_units the
 //     same over rows or blocks (pieces not rounded to 64);
 //   detail::round_to_bf16(p, begin, end) — floats rounded to bf16 in place (XTPU_USE_BF16's store);
+//   detail::reduce_floats<Max, P>(p, n) / reduce_floats_block — n floats reduced in the
+//     canonical order, one function per (sum or max, path) for every reduction of a program;
 //   detail::reduce_order — the canonical reduction of n values (docs/numerics.md):
 //       blocks of 16384 values, combined in order; inside a block, 16 lanes — lane l takes
 //       values l, l+16, l+32, ... in order, starting from the identity (-0 for a sum, -inf for
@@ -37,7 +39,8 @@
 #include "xtpu/kernels/simd.hpp"
 #include "xtpu/kernels/thread_pool.hpp"
 
-// XTPU_FLATTEN: [[gnu::flatten]] on the two loops below (their statement's packet tree inlined
+// XTPU_FLATTEN: [[gnu::flatten]] on the loops that evaluate a statement (loop_range below,
+// eval/reduce.hpp's reduce_rows and fill_block: their statement's packet tree inlined
 // into them) in optimised builds. Empty at -O0 and under ASan or TSan, where the inlined tree
 // of each instantiation took minutes to compile (ASan's test_loops.cpp: 108 s -> 589 s) and
 // the loops' speed does not matter; a build may define it itself (the sanitizer presets
@@ -245,25 +248,27 @@ struct float_combine {
   }
 };
 
-/// One block of the canonical reduction: values v(k) for k in [0, n), n <= reduce_order::block;
-/// `packet(k)` gives W values from k (k a multiple of W), `value(k)` one value. Flattened, as
-/// loop_range: `packet` inlined.
-template <bool Max, path P, class Packet, class Value>
-XTPU_FLATTEN float reduce_block(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
+/// One block of the canonical reduction: the n <= reduce_order::block floats at p. One function
+/// per (Max, P), called, not inlined: every float reduction's values come here, read from their
+/// buffer or computed into a row of scratch first (eval/reduce.hpp), so a program compiles this
+/// loop twice per path, not once per reduction.
+template <bool Max, path P>
+[[gnu::noinline]] float reduce_floats_block(const float* p, std::size_t n) noexcept {
   using C = float_combine<Max>;
   constexpr std::size_t W = width_v<P>, G = reduce_order::lanes / W;  // batches per 16 lanes
   std::array<float, 16> lane;
   if constexpr (P == path::scalar) {
     lane.fill(C::template identity<float>());
-    for (std::size_t k = 0; k < n; ++k) lane[k % 16] = C::step(lane[k % 16], value(k));
+    for (std::size_t k = 0; k < n; ++k) lane[k % 16] = C::step(lane[k % 16], p[k]);
   } else {
     using V = lanes_t<P>;
+    const auto packet = [p](std::size_t k) { return V::load_unaligned(p + k); };
     std::size_t k = 0;
     // the G accumulators named one by one (an index_sequence, not a loop over an array): they
     // stay in registers and the G packets of a step overlap
     [&]<std::size_t... Gs>(std::index_sequence<Gs...>) {
       V acc[G] = {(static_cast<void>(Gs), C::template identity<V>())...};
-      if (packets && Max) {
+      if constexpr (Max) {
         // four runs of the 16-value steps, one after another, each with its own accumulators,
         // then each lane's four results folded in run order: four chains instead of one, the
         // bits of the one chain, because max picks the first NaN, else the first value equal
@@ -279,9 +284,9 @@ XTPU_FLATTEN float reduce_block(std::size_t n, bool packets, Packet&& packet, Va
         for (std::size_t s = 4 * q; s < steps; ++s) ((r3[Gs] = C::step(r3[Gs], V(packet(16 * s + Gs * W)))), ...);
         ((acc[Gs] = C::step(C::step(C::step(acc[Gs], r1[Gs]), r2[Gs]), r3[Gs])), ...);
         k = 16 * steps;
-      } else if (packets) {
-        // two steps' packets computed before either is added, then added in order: the same
-        // sums, with twice the independent work in flight (exp's polynomial is a long chain)
+      } else {
+        // two steps' packets loaded before either is added, then added in order: the same
+        // sums, with twice the independent work in flight
         for (; k + 32 <= n; k += 32) {
           const V now[G] = {V(packet(k + Gs * W))...}, next[G] = {V(packet(k + 16 + Gs * W))...};
           ((acc[Gs] = C::step(acc[Gs], now[Gs])), ...);
@@ -291,21 +296,19 @@ XTPU_FLATTEN float reduce_block(std::size_t n, bool packets, Packet&& packet, Va
       }
       (acc[Gs].store_unaligned(lane.data() + Gs * W), ...);
     }(std::make_index_sequence<G>{});
-    for (; k < n; ++k) lane[k % 16] = C::step(lane[k % 16], value(k));
+    for (; k < n; ++k) lane[k % 16] = C::step(lane[k % 16], p[k]);
   }
   return C::fold16(lane);
 }
 
-/// The canonical reduction of n values: blocks of reduce_order::block in order.
-template <bool Max, path P, class Packet, class Value>
-float reduce_values(std::size_t n, bool packets, Packet&& packet, Value&& value) noexcept {
+/// Sum or max of n floats at p in the canonical order (blocks of reduce_order::block, combined
+/// in order).
+template <bool Max, path P>
+float reduce_floats(const float* p, std::size_t n) noexcept {
   using C = float_combine<Max>;
   float total = C::template identity<float>();
-  for (std::size_t b0 = 0; b0 < n; b0 += reduce_order::block) {
-    const std::size_t m = std::min(reduce_order::block, n - b0);
-    total = C::step(total, reduce_block<Max, P>(
-                               m, packets, [&](std::size_t k) { return packet(b0 + k); }, [&](std::size_t k) { return value(b0 + k); }));
-  }
+  for (std::size_t b0 = 0; b0 < n; b0 += reduce_order::block)
+    total = C::step(total, reduce_floats_block<Max, P>(p + b0, std::min(reduce_order::block, n - b0)));
   return total;
 }
 

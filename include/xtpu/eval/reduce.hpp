@@ -3,7 +3,9 @@
 // Provides: detail::evaluator<reduce_node<Op, Axis, C>>::compute<S>.
 // Order (docs/numerics.md), the same on every path and thread count:
 //   * over the last axis, or over all axes: eval/loop.hpp's canonical order (16 lanes, a fixed
-//     tree, blocks of 16384 in order), the child read a packet at a time;
+//     tree, blocks of 16384 in order) by reduce_floats_block, one function for every
+//     reduction: a float buffer's values read where they lie, any other child's computed a
+//     packet at a time into a row first (a row loop's kept values, or a scratch row);
 //   * over another axis: each output element sums its n values in index order, W outputs at a
 //     time (they are contiguous), runs of 64 outputs on threads;
 //   * int32 and bool values: exactly, in int64 (wrapped to int32 at the end), in index order.
@@ -38,35 +40,37 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   static constexpr bool by_rows = floating && stride == 1 && Axis != all_axes;
 
   /// Outputs [o0, o1) of a reduction by rows, on path P: each row in the canonical order, so
-  /// any split of the rows (threads, eval/program.hpp's row loops) gives the same bits.
-  /// With `keep` non-null, the child's values are also written to keep (at the child's flat
-  /// index): a row loop reads them back instead of computing them again.
+  /// any split of the rows (threads, eval/program.hpp's row loops) gives the same bits. A row
+  /// of a float buffer is reduced where it lies; other values are computed first into `keep`
+  /// when it is not null (at the child's flat index: a row loop reads them back instead of
+  /// computing them again), else into a scratch row on the stack, and reduced from there —
+  /// the reduction's loop (reduce_floats_block) is one function for every reduction.
+  /// Flattened, as loop_range: the child's packet tree inlined, b's slots in the frame.
   template <slots S, path P>
-  static void reduce_rows(const bound& b, value_type* out, std::size_t o0, std::size_t o1, float* keep = nullptr) noexcept {
+  XTPU_FLATTEN static void reduce_rows(const bound& from, value_type* out, std::size_t o0, std::size_t o1,
+                                       float* keep = nullptr) noexcept {
     static_assert(by_rows);
-    [[maybe_unused]] constexpr slots CS = child_slots<node, S, 0>;
-    constexpr std::size_t Q = packet_traits<C>::has ? 1 : 0;
-    constexpr std::size_t R = Q == 0 ? 1 : block_size<In>(Q);
-    constexpr bool packets = P != path::scalar && Q != 0 && (R == n || R % reduce_order::lanes == 0);
+    const local_slots<S.leaf + node::n_leaves, S.scalar + node::n_scalars, S.temp + node::n_temps, bound> local(from);
+    const bound& b = local.b;
+    constexpr std::size_t block = std::min(n, reduce_order::block);
+    std::array<float, block> scratch;  // (unused when the child is a buffer and nothing is kept)
     for (std::size_t o = o0; o < o1; ++o) {
       const std::size_t first = o * n;
-      const float r = reduce_values<is_max, P>(
-          n, packets,
-          [&](std::size_t i) {
-            if constexpr (packets) {
-              const lanes_t<P> v = evaluator<C>::template packet<CS, P, Q>(b, first + i);
-              if (keep) store_lanes<float>(keep + first + i, v);
-              return v;
-            } else {
-              return lanes_t<P>(0.0f);
-            }
-          },
-          [&](std::size_t i) {
-            const float v = element<S>(b, first + i);
-            if (keep) keep[first + i] = v;
-            return v;
-          });
-      out[o] = store_as<value_type>(finish(r));
+      if constexpr (reads_buffer) {
+        if (!keep) {
+          out[o] = store_as<value_type>(finish(reduce_floats<is_max, P>(child_floats<S>(b) + first, n)));
+          continue;
+        }
+      }
+      using Cmb = float_combine<is_max>;
+      float total = Cmb::template identity<float>();
+      for (std::size_t b0 = 0; b0 < n; b0 += block) {
+        const std::size_t m = std::min(block, n - b0);
+        float* values = keep ? keep + first + b0 : scratch.data();
+        fill<S, P, packet_traits<C>::has ? 1 : 0>(b, values, first + b0, m);
+        total = Cmb::step(total, reduce_floats_block<is_max, P>(values, m));
+      }
+      out[o] = store_as<value_type>(finish(total));
     }
   }
 
@@ -85,6 +89,39 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   static float element(const bound& b, std::size_t i) noexcept {
     return static_cast<float>(load_child<node, S, 0>(b, i));
   }
+  /// Whether the child is a stored float buffer (a tensor, a materialized node): reduced in place.
+  static constexpr bool reads_buffer = std::is_same_v<typename C::value_type, float> && requires(const bound& b) {
+    evaluator<C>::template data<slots{}>(b);
+  };
+  template <slots S>
+  static const float* child_floats(const bound& b) noexcept {
+    return static_cast<const float*>(evaluator<C>::template data<child_slots<node, S, 0>>(b));
+  }
+  /// The child's values [first, first + m) as floats into `to`: packets of its blocks of last
+  /// Q axes (Q == 0: none; a packet never crosses a block: every caller's m and first keep
+  /// them whole), the rest one at a time — the same values either way (eval/elementwise.hpp).
+  template <slots S, path P, std::size_t Q>
+  static void fill(const bound& b, float* to, std::size_t first, std::size_t m) noexcept {
+    constexpr std::size_t W = width_v<P>;
+    std::size_t whole = 0;  // values in whole packets
+    if constexpr (P != path::scalar && Q != 0) {
+      whole = m / W * W;
+      for (std::size_t i = 0; i < whole; i += W)
+        store_lanes<float>(to + i, evaluator<C>::template packet<child_slots<node, S, 0>, P, Q>(b, first + i));
+    }
+    for (std::size_t i = whole; i < m; ++i) to[i] = element<S>(b, first + i);
+  }
+  /// fill over a block of all the child's values (a reduction over all axes), flattened with
+  /// b's slots in its frame: packets in blocks of the child's last loop_q axes where those
+  /// blocks are whole multiples of 16 values (or the whole child), so none crosses one.
+  template <slots S, path P>
+  XTPU_FLATTEN static void fill_block(const bound& from, float* to, std::size_t first, std::size_t m) noexcept {
+    constexpr std::size_t Q = P == path::scalar ? 0 : loop_q<C, width_v<P>>;
+    constexpr std::size_t R = Q == 0 ? 1 : block_size<In>(Q);
+    constexpr bool packets = Q != 0 && (R == n || R % reduce_order::lanes == 0);
+    const local_slots<S.leaf + node::n_leaves, S.scalar + node::n_scalars, S.temp + node::n_temps, bound> local(from);
+    fill<S, P, packets ? Q : 0>(local.b, to, first, m);
+  }
   template <class V>
   static auto finish(V acc) noexcept {
     if constexpr (is_mean) return acc / static_cast<float>(n);
@@ -96,39 +133,33 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   static void compute_float(const bound& b, value_type* out) {
     constexpr slots CS = child_slots<node, S, 0>;
     constexpr std::size_t W = width_v<P>;
-    if constexpr (stride == 1) {
-      // rows of n contiguous values: packets of the child within blocks of its last Q axes
-      constexpr std::size_t Q = Axis == all_axes ? loop_q<C, W> : (packet_traits<C>::has ? 1 : 0);
-      constexpr std::size_t R = Q == 0 ? 1 : block_size<In>(Q);
-      constexpr bool packets = P != path::scalar && Q != 0 && (R == n || R % reduce_order::lanes == 0);
-      if constexpr (Axis == all_axes) {
-        auto packet = [&](std::size_t i) {
-          if constexpr (packets) return evaluator<C>::template packet<CS, P, Q>(b, i);
-          else return lanes_t<P>(0.0f);
-        };
-        auto value = [&](std::size_t i) { return element<S>(b, i); };
-        // blocks on threads, `chunk` at a time, combined in order; their results on the stack
-        // (a reduction allocates nothing, so it cannot throw: lazy/plan.hpp's may_throw)
-        constexpr std::size_t blocks = (n + reduce_order::block - 1) / reduce_order::block;
-        constexpr std::size_t chunk = std::min<std::size_t>(blocks, 64);
-        std::array<float, chunk> part{};
-        float total = float_combine<is_max>::template identity<float>();
-        for (std::size_t c0 = 0; c0 < blocks; c0 += chunk) {
-          const std::size_t c1 = std::min(blocks, c0 + chunk);
-          for_units(c1 - c0, 4, [&](std::size_t k0, std::size_t k1) {
-            for (std::size_t k = k0; k < k1; ++k) {
-              const std::size_t first = (c0 + k) * reduce_order::block, m = std::min(reduce_order::block, n - first);
-              part[k] = reduce_block<is_max, P>(
-                  m, packets, [&](std::size_t i) { return packet(first + i); }, [&](std::size_t i) { return value(first + i); });
+    if constexpr (Axis == all_axes) {
+      // blocks on threads, `chunk` at a time, combined in order; their results on the stack
+      // (a reduction allocates nothing, so it cannot throw: lazy/plan.hpp's may_throw)
+      constexpr std::size_t blocks = (n + reduce_order::block - 1) / reduce_order::block;
+      constexpr std::size_t chunk = std::min<std::size_t>(blocks, 64);
+      std::array<float, chunk> part{};
+      float total = float_combine<is_max>::template identity<float>();
+      for (std::size_t c0 = 0; c0 < blocks; c0 += chunk) {
+        const std::size_t c1 = std::min(blocks, c0 + chunk);
+        for_units(c1 - c0, 4, [&](std::size_t k0, std::size_t k1) {
+          for (std::size_t k = k0; k < k1; ++k) {
+            const std::size_t first = (c0 + k) * reduce_order::block, m = std::min(reduce_order::block, n - first);
+            if constexpr (reads_buffer) {
+              part[k] = reduce_floats_block<is_max, P>(child_floats<S>(b) + first, m);
+            } else {
+              std::array<float, std::min(n, reduce_order::block)> values;
+              fill_block<S, P>(b, values.data(), first, m);
+              part[k] = reduce_floats_block<is_max, P>(values.data(), m);
             }
-          });
-          for (std::size_t k = 0; k < c1 - c0; ++k) total = float_combine<is_max>::step(total, part[k]);
-        }
-        out[0] = store_as<value_type>(finish(total));
-      } else {
-        for_units(outer, std::max<std::size_t>(1, 32768 / n),
-                   [&](std::size_t o0, std::size_t o1) { reduce_rows<S, P>(b, out, o0, o1); });
+          }
+        });
+        for (std::size_t k = 0; k < c1 - c0; ++k) total = float_combine<is_max>::step(total, part[k]);
       }
+      out[0] = store_as<value_type>(finish(total));
+    } else if constexpr (stride == 1) {
+      for_units(outer, std::max<std::size_t>(1, 32768 / n),
+                [&](std::size_t o0, std::size_t o1) { reduce_rows<S, P>(b, out, o0, o1); });
     } else {
       // n values `stride` apart per output; W neighbouring outputs at once, each in index order.
       // Packets lie in one row of the last axis when its extent is a multiple of W (then a
