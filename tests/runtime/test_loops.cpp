@@ -662,6 +662,35 @@ TEST(Reductions, FollowTheDocumentedOrder) {
   }
 }
 
+// A reduction whose operand's axes after the reduced one are 1 (blocks of one value): its
+// operand is read a value at a time, never a packet across those blocks — a broadcast child
+// read as a packet would read its neighbours (a review found this in a draft).
+TEST(Reductions, OperandsWhoseLastAxesAreOneFollowTheOrder) {
+  const std::vector<float> a = values(100 * 700, 11, 3.0f), c = values(100, 12);
+  const std::vector<float> x(a.begin(), a.begin() + 700);
+  auto xd = xtpu::from_host<float, 700, 1>(x);
+  auto ad = xtpu::from_host<float, 100, 700, 1>(a);
+  auto cd = xtpu::from_host<float, 100, 1, 1>(c);
+  every_path([&] {
+    xtpu::tensor<float, 1> centred = xtpu::sum<0>(xd - xtpu::mean(xd));  // a rank-0 mean, broadcast
+    xtpu::tensor<float, 100, 1> scaled = xtpu::sum<1>(ad * cd);          // one value per row, broadcast
+    xtpu::mark_step();
+    const float mean = canonical(x.data(), x.size(), -0.0f, [](float p, float q) { return p + q; }) / 700.0f;
+    std::vector<float> d(700);
+    for (std::size_t i = 0; i < 700; ++i) d[i] = x[i] - mean;
+    EXPECT_EQ(bits(centred.to_host()(0)), bits(canonical_sum(d)));
+    const auto hs = scaled.to_host();
+    std::size_t bad = 0;
+    for (std::size_t o = 0; o < 100; ++o) {
+      std::vector<float> row(700);
+      for (std::size_t k = 0; k < 700; ++k) row[k] = a[o * 700 + k] * c[o];
+      bad += bits(hs(o, 0)) != bits(canonical_sum(row));
+    }
+    EXPECT_EQ(bad, 0u);
+    return std::vector<float>{centred.to_host()(0), hs(0, 0), hs(99, 0)};
+  });
+}
+
 // maximum/minimum/relu and max reductions follow the rule of eval/ops.hpp's header, bit for
 // bit: a NaN operand wins (the first one, payload and sign kept), else the larger/smaller, a
 // tie (+0 against -0) keeping the first operand; relu(-0) = +0 — at every ISA and thread count

@@ -377,8 +377,8 @@ constexpr bool row_fusable() {
 }
 
 // Kept values. When the loop reads, outside any reduction, the very subtree a reduction
-// reduces (softmax: exp(x - max) is summed and then divided), the reduction writes that
-// subtree's values into the output as it reads them and the loop reads them back
+// reduces (softmax: exp(x - max) is summed and then divided), the reduction computes that
+// subtree's values into the output before it reduces them there, and the loop reads them back
 // (row_scratch) instead of computing them again — when the two are the same value at run time
 // (the same tensors, scalars and temps), else the loop computes them; and not when an earlier
 // statement computed the reduction (bound::ready_temps): it is then not run at all. Reading a

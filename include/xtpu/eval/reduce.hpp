@@ -53,7 +53,7 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
     const local_slots<S.leaf + node::n_leaves, S.scalar + node::n_scalars, S.temp + node::n_temps, bound> local(from);
     const bound& b = local.b;
     constexpr std::size_t block = std::min(n, reduce_order::block);
-    std::array<float, block> scratch;  // (unused when the child is a buffer and nothing is kept)
+    [[maybe_unused]] std::array<float, reads_buffer ? 1 : block> scratch;  // (a buffer's values go to keep only)
     for (std::size_t o = o0; o < o1; ++o) {
       const std::size_t first = o * n;
       if constexpr (reads_buffer) {
@@ -66,8 +66,10 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
       float total = Cmb::template identity<float>();
       for (std::size_t b0 = 0; b0 < n; b0 += block) {
         const std::size_t m = std::min(block, n - b0);
-        float* values = keep ? keep + first + b0 : scratch.data();
-        fill<S, P, packet_traits<C>::has ? 1 : 0>(b, values, first + b0, m);
+        float* values = nullptr;
+        if constexpr (reads_buffer) values = keep + first + b0;  // (keep is not null here)
+        else values = keep ? keep + first + b0 : scratch.data();
+        fill<S, P, fill_q<packet_traits<C>::has ? 1 : 0>>(b, values, first + b0, m);
         total = Cmb::step(total, reduce_floats_block<is_max, P>(values, m));
       }
       out[o] = store_as<value_type>(finish(total));
@@ -97,9 +99,15 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   static const float* child_floats(const bound& b) noexcept {
     return static_cast<const float*>(evaluator<C>::template data<child_slots<node, S, 0>>(b));
   }
-  /// The child's values [first, first + m) as floats into `to`: packets of its blocks of last
-  /// Q axes (Q == 0: none; a packet never crosses a block: every caller's m and first keep
-  /// them whole), the rest one at a time — the same values either way (eval/elementwise.hpp).
+  /// The Q `fill` takes packets in (0: none): Q where a block of the child's last Q axes holds
+  /// the n values reduced or a multiple of 16 values, so no packet of fill crosses a block
+  /// (they start at a row's first value, or at multiples of 16384 over all axes). Not where
+  /// the axes after the reduced one are 1 (`sum<0>` of a (700, 1) operand: blocks of one value).
+  template <std::size_t Q>
+  static constexpr std::size_t fill_q = Q != 0 && (block_size<In>(Q) == n || block_size<In>(Q) % reduce_order::lanes == 0) ? Q : 0;
+  /// The child's values [first, first + m) as floats into `to`: packets in blocks of its last
+  /// Q axes (Q: a fill_q), the rest one at a time — the same values either way
+  /// (eval/elementwise.hpp).
   template <slots S, path P, std::size_t Q>
   static void fill(const bound& b, float* to, std::size_t first, std::size_t m) noexcept {
     constexpr std::size_t W = width_v<P>;
@@ -112,15 +120,11 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
     for (std::size_t i = whole; i < m; ++i) to[i] = element<S>(b, first + i);
   }
   /// fill over a block of all the child's values (a reduction over all axes), flattened with
-  /// b's slots in its frame: packets in blocks of the child's last loop_q axes where those
-  /// blocks are whole multiples of 16 values (or the whole child), so none crosses one.
+  /// b's slots in its frame: packets in blocks of the child's last loop_q axes (fill_q).
   template <slots S, path P>
   XTPU_FLATTEN static void fill_block(const bound& from, float* to, std::size_t first, std::size_t m) noexcept {
-    constexpr std::size_t Q = P == path::scalar ? 0 : loop_q<C, width_v<P>>;
-    constexpr std::size_t R = Q == 0 ? 1 : block_size<In>(Q);
-    constexpr bool packets = Q != 0 && (R == n || R % reduce_order::lanes == 0);
     const local_slots<S.leaf + node::n_leaves, S.scalar + node::n_scalars, S.temp + node::n_temps, bound> local(from);
-    fill<S, P, packets ? Q : 0>(local.b, to, first, m);
+    fill<S, P, fill_q<P == path::scalar ? 0 : loop_q<C, width_v<P>>>>(local.b, to, first, m);
   }
   template <class V>
   static auto finish(V acc) noexcept {
