@@ -50,7 +50,7 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   XTPU_FLATTEN static void reduce_rows(const bound& from, value_type* out, std::size_t o0, std::size_t o1,
                                        float* keep = nullptr) noexcept {
     static_assert(by_rows);
-    const local_slots<S.leaf + node::n_leaves, S.scalar + node::n_scalars, S.temp + node::n_temps, bound> local(from);
+    const child_frame<S> local(from);
     const bound& b = local.b;
     constexpr std::size_t block = std::min(n, reduce_order::block);
     [[maybe_unused]] std::array<float, reads_buffer ? 1 : block> scratch;  // (a buffer's values go to keep only)
@@ -91,6 +91,11 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   static float element(const bound& b, std::size_t i) noexcept {
     return static_cast<float>(load_child<node, S, 0>(b, i));
   }
+  /// The statement's slots up to the child's last, in a loop's frame (local_slots): all the
+  /// child reads. Not the reduction's own temp: a statement's root has none (it writes dst).
+  template <slots S>
+  using child_frame = local_slots<child_slots<node, S, 0>.leaf + C::n_leaves, child_slots<node, S, 0>.scalar + C::n_scalars,
+                                  child_slots<node, S, 0>.temp + C::n_temps, bound>;
   /// Whether the child is a stored float buffer (a tensor, a materialized node): reduced in place.
   static constexpr bool reads_buffer = std::is_same_v<typename C::value_type, float> && requires(const bound& b) {
     evaluator<C>::template data<slots{}>(b);
@@ -123,7 +128,7 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   /// b's slots in its frame: packets in blocks of the child's last loop_q axes (fill_q).
   template <slots S, path P>
   XTPU_FLATTEN static void fill_block(const bound& from, float* to, std::size_t first, std::size_t m) noexcept {
-    const local_slots<S.leaf + node::n_leaves, S.scalar + node::n_scalars, S.temp + node::n_temps, bound> local(from);
+    const child_frame<S> local(from);
     fill<S, P, fill_q<P == path::scalar ? 0 : loop_q<C, width_v<P>>>>(local.b, to, first, m);
   }
   template <class V>
