@@ -675,7 +675,7 @@ TEST(Reductions, OperandsWhoseLastAxesAreOneFollowTheOrder) {
     xtpu::tensor<float, 1> centred = xtpu::sum<0>(xd - xtpu::mean(xd));  // a rank-0 mean, broadcast
     xtpu::tensor<float, 100, 1> scaled = xtpu::sum<1>(ad * cd);          // one value per row, broadcast
     xtpu::mark_step();
-    const float mean = canonical(x.data(), x.size(), -0.0f, [](float p, float q) { return p + q; }) / 700.0f;
+    const float mean = canonical_sum(x) / 700.0f;
     std::vector<float> d(700);
     for (std::size_t i = 0; i < 700; ++i) d[i] = x[i] - mean;
     EXPECT_EQ(bits(centred.to_host()(0)), bits(canonical_sum(d)));
