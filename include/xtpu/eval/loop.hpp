@@ -14,8 +14,9 @@
 //     least `grain` for the thread pool (one piece, on the caller, below it); for_units the
 //     same over rows or blocks (pieces not rounded to 64);
 //   detail::round_to_bf16(p, begin, end) — floats rounded to bf16 in place (XTPU_USE_BF16's store);
-//   detail::reduce_floats<Max, P>(p, n) / reduce_floats_block — n floats reduced in the
-//     canonical order, one function per (sum or max, path) for every reduction of a program;
+//   detail::reduce_floats<Max, P>(n, values) / reduce_floats_block — n floats reduced in the
+//     canonical order, block by block (values(b0, m): a block's floats), the block loop one
+//     function per (sum or max, path) for every reduction of a program;
 //   detail::reduce_order — the canonical reduction of n values (docs/numerics.md):
 //       blocks of 16384 values, combined in order; inside a block, 16 lanes — lane l takes
 //       values l, l+16, l+32, ... in order, starting from the identity (-0 for a sum, -inf for
@@ -301,14 +302,17 @@ template <bool Max, path P>
   return C::fold16(lane);
 }
 
-/// Sum or max of n floats at p in the canonical order (blocks of reduce_order::block, combined
-/// in order).
-template <bool Max, path P>
-float reduce_floats(const float* p, std::size_t n) noexcept {
+/// Sum or max of n floats in the canonical order: blocks of reduce_order::block, each by
+/// reduce_floats_block, combined in order. `values(b0, m)` gives the m floats of the block
+/// starting at value b0 (where they lie in a buffer, or a row they were computed into).
+template <bool Max, path P, class Values>
+float reduce_floats(std::size_t n, Values&& values) noexcept {
   using C = float_combine<Max>;
   float total = C::template identity<float>();
-  for (std::size_t b0 = 0; b0 < n; b0 += reduce_order::block)
-    total = C::step(total, reduce_floats_block<Max, P>(p + b0, std::min(reduce_order::block, n - b0)));
+  for (std::size_t b0 = 0; b0 < n; b0 += reduce_order::block) {
+    const std::size_t m = std::min(reduce_order::block, n - b0);
+    total = C::step(total, reduce_floats_block<Max, P>(values(b0, m), m));
+  }
   return total;
 }
 

@@ -56,22 +56,16 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
     [[maybe_unused]] std::array<float, reads_buffer ? 1 : block> scratch;  // (a buffer's values go to keep only)
     for (std::size_t o = o0; o < o1; ++o) {
       const std::size_t first = o * n;
-      if constexpr (reads_buffer) {
-        if (!keep) {
-          out[o] = store_as<value_type>(finish(reduce_floats<is_max, P>(child_floats<S>(b) + first, n)));
-          continue;
+      const float total = reduce_floats<is_max, P>(n, [&](std::size_t b0, std::size_t m) -> const float* {
+        if constexpr (reads_buffer) {
+          if (!keep) return child_floats<S>(b) + first + b0;
         }
-      }
-      using Cmb = float_combine<is_max>;
-      float total = Cmb::template identity<float>();
-      for (std::size_t b0 = 0; b0 < n; b0 += block) {
-        const std::size_t m = std::min(block, n - b0);
         float* values = nullptr;
         if constexpr (reads_buffer) values = keep + first + b0;  // (keep is not null here)
         else values = keep ? keep + first + b0 : scratch.data();
         fill<S, P, fill_q<packet_traits<C>::has ? 1 : 0>>(b, values, first + b0, m);
-        total = Cmb::step(total, reduce_floats_block<is_max, P>(values, m));
-      }
+        return values;
+      });
       out[o] = store_as<value_type>(finish(total));
     }
   }
@@ -129,7 +123,7 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   template <slots S, path P>
   XTPU_FLATTEN static void fill_block(const bound& from, float* to, std::size_t first, std::size_t m) noexcept {
     const child_frame<S> local(from);
-    fill<S, P, fill_q<P == path::scalar ? 0 : loop_q<C, width_v<P>>>>(local.b, to, first, m);
+    fill<S, P, fill_q<loop_q<C, width_v<P>>>>(local.b, to, first, m);
   }
   template <class V>
   static auto finish(V acc) noexcept {
