@@ -2,6 +2,7 @@
 // references, the causal rule (the future changes nothing), multihead_attention and
 // transformer_block against a float64 forward built from their own parameters, torch's names,
 // the same bits at 1 and 2 threads, and a linear on (B, S, D) whose weight gradient is one product.
+#include "attention_ref.hpp"
 #include "grad_check.hpp"
 
 #include <gtest/gtest.h>
@@ -21,67 +22,6 @@ namespace {
 using vec = std::vector<double>;
 constexpr auto highest = precision::highest;
 
-/// softmax(q kᵀ / sqrt(d)) v per batch, float64: q (nb, sq, d), k (nb, sk, d), v (nb, sk, dv).
-vec attention_ref(const vec& q, const vec& k, const vec& v, std::size_t nb, std::size_t sq, std::size_t sk, std::size_t d,
-                  std::size_t dv, bool causal) {
-  vec out(nb * sq * dv, 0.0);
-  for (std::size_t b = 0; b < nb; ++b)
-    for (std::size_t i = 0; i < sq; ++i) {
-      vec s(sk, -std::numeric_limits<double>::infinity());
-      double top = -std::numeric_limits<double>::infinity();
-      for (std::size_t j = 0; j < sk; ++j) {
-        if (causal && j > i) continue;
-        double dot = 0;
-        for (std::size_t c = 0; c < d; ++c) dot += q[(b * sq + i) * d + c] * k[(b * sk + j) * d + c];
-        s[j] = dot / std::sqrt(static_cast<double>(d));
-        top = std::max(top, s[j]);
-      }
-      double total = 0;
-      for (auto& x : s) total += (x = std::exp(x - top));
-      for (std::size_t j = 0; j < sk; ++j)
-        for (std::size_t c = 0; c < dv; ++c) out[(b * sq + i) * dv + c] += s[j] / total * v[(b * sk + j) * dv + c];
-    }
-  return out;
-}
-
-/// x (rows, in) · wᵀ + b, w (out, in) read from offset `w0` rows, b from `b0`.
-vec linear_ref(const vec& x, const vec& w, const vec& b, std::size_t rows, std::size_t in, std::size_t out, std::size_t w0 = 0) {
-  vec y(rows * out);
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t o = 0; o < out; ++o) {
-      double s = b.empty() ? 0.0 : b[w0 + o];
-      for (std::size_t i = 0; i < in; ++i) s += x[r * in + i] * w[(w0 + o) * in + i];
-      y[r * out + o] = s;
-    }
-  return y;
-}
-
-/// Self-attention of x (nb, s, dm) with `heads` heads from the (3 dm, dm) / (3 dm) in-projection
-/// and the (dm, dm) / (dm) out-projection, float64.
-vec mha_ref(const vec& x, const vec& w_in, const vec& b_in, const vec& w_out, const vec& b_out, std::size_t nb, std::size_t s,
-            std::size_t dm, std::size_t heads, bool causal) {
-  const std::size_t dh = dm / heads;
-  vec joined(nb * s * dm);
-  std::vector<vec> qkv;
-  for (std::size_t part = 0; part < 3; ++part) qkv.push_back(linear_ref(x, w_in, b_in, nb * s, dm, dm, part * dm));
-  for (std::size_t b = 0; b < nb; ++b)
-    for (std::size_t h = 0; h < heads; ++h) {
-      vec q(s * dh), k(s * dh), v(s * dh);
-      for (std::size_t t = 0; t < s; ++t)
-        for (std::size_t c = 0; c < dh; ++c) {
-          const std::size_t at = (b * s + t) * dm + h * dh + c;
-          q[t * dh + c] = qkv[0][at];
-          k[t * dh + c] = qkv[1][at];
-          v[t * dh + c] = qkv[2][at];
-        }
-      const vec o = attention_ref(q, k, v, 1, s, s, dh, dh, causal);
-      for (std::size_t t = 0; t < s; ++t)
-        for (std::size_t c = 0; c < dh; ++c) joined[(b * s + t) * dm + h * dh + c] = o[t * dh + c];
-    }
-  return linear_ref(joined, w_out, b_out, nb * s, dm, dm);
-}
-
-
 constexpr std::size_t NB = 2, SQ = 5, SK = 7, DK = 4, DV = 3;
 
 TEST(Attention, MatchesFloat64WithItsGradients) {
@@ -97,8 +37,8 @@ TEST(Attention, MatchesFloat64WithItsGradients) {
     tensor<float> loss = xtpu::sum(o * r);
     auto [dq, dk, dv] = xtpu::grad(loss, q, k, v);
     xtpu::mark_step();
-    auto f = [&](const vec& Q, const vec& K, const vec& V) { return dot(attention_ref(Q, K, V, NB, SQ, SK, DK, DV, causal), widen(rv)); };
-    EXPECT_TRUE(all_near(host(o), attention_ref(widen(qv), widen(kv), widen(vv), NB, SQ, SK, DK, DV, causal), 1e-5, 1e-6));
+    auto f = [&](const vec& Q, const vec& K, const vec& V) { return dot(attention_ref(Q, K, V, NB, SQ, SK, DK, DV, seen_causal(causal)), widen(rv)); };
+    EXPECT_TRUE(all_near(host(o), attention_ref(widen(qv), widen(kv), widen(vv), NB, SQ, SK, DK, DV, seen_causal(causal)), 1e-5, 1e-6));
     EXPECT_TRUE(all_near(host(dq), numeric_grad_at<0>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
     EXPECT_TRUE(all_near(host(dk), numeric_grad_at<1>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
     EXPECT_TRUE(all_near(host(dv), numeric_grad_at<2>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
@@ -188,8 +128,8 @@ TEST(MultiheadAttention, TorchNamesAndAFloat64Forward) {
     xtpu::mark_step();
     const vec wi = host(m.attn.in_proj_weight), bi = host(m.attn.in_proj_bias);
     const vec wo = host(m.attn.out_proj.weight), bo = host(m.attn.out_proj.bias);
-    auto f = [&](const vec& X) { return dot(mha_ref(X, wi, bi, wo, bo, B, S, D, H, causal), widen(rv)); };
-    EXPECT_TRUE(all_near(host(y), mha_ref(widen(xv), wi, bi, wo, bo, B, S, D, H, causal), 1e-5, 1e-6));
+    auto f = [&](const vec& X) { return dot(mha_ref(X, X, wi, bi, wo, bo, B, S, S, D, H, seen_causal(causal)), widen(rv)); };
+    EXPECT_TRUE(all_near(host(y), mha_ref(widen(xv), widen(xv), wi, bi, wo, bo, B, S, S, D, H, seen_causal(causal)), 1e-5, 1e-6));
     EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
     const vec hy = host(y);
     EXPECT_TRUE(all_near(host(one), vec(hy.begin() + S * D, hy.end()), 1e-6, 1e-7));
@@ -221,9 +161,9 @@ TEST(TransformerBlock, TorchNamesAndAFloat64PreNormForward) {
   xtpu::mark_step();
   const auto& a = m.block.self_attn;
   const vec X = widen(xv);
-  vec x1 = mha_ref(norm_ref(X, host(m.block.norm1.weight), host(m.block.norm1.bias), D, 1e-5, false),
-                   host(a.in_proj_weight), host(a.in_proj_bias), host(a.out_proj.weight),
-                   host(a.out_proj.bias), B, S, D, H, true);
+  const vec normed = norm_ref(X, host(m.block.norm1.weight), host(m.block.norm1.bias), D, 1e-5, false);
+  vec x1 = mha_ref(normed, normed, host(a.in_proj_weight), host(a.in_proj_bias), host(a.out_proj.weight),
+                   host(a.out_proj.bias), B, S, S, D, H, seen_causal(true));
   for (std::size_t i = 0; i < x1.size(); ++i) x1[i] += X[i];
   vec h = linear_ref(norm_ref(x1, host(m.block.norm2.weight), host(m.block.norm2.bias), D, 1e-5, false),
                      host(m.block.linear1.weight), host(m.block.linear1.bias), B * S, D, F);

@@ -1,7 +1,8 @@
 // xtpu/shape/check.hpp — the named shape checkers.
 //
 // Provides: xtpu::check::{extents_valid, broadcast, assign, reshape, axis, permute, transpose,
-// class_labels, norm_parameter, attention, take, gather, matmul, value_dependent_shape}. Each is one static_assert
+// class_labels, norm_parameter, attention, cross_attention, attention_mask, key_padding, take, gather, matmul,
+// value_dependent_shape}. Each is one static_assert
 // whose template parameters are the shapes involved, so the compiler's
 // "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both. broadcast,
 // class_labels and matmul also return whether they hold (detail::well_formed_v reads them).
@@ -10,8 +11,11 @@
 //   E107 permute     E108 transpose   E109 slice   E110 concat   E111 class labels
 //   E112 value-dependent shape (nonzero, unique, masked_select, mask indexing)
 //   E113 norm parameter (a layer_norm/rms_norm weight or bias not (D), D the normalised extent)
-//   E114 attention (D not a multiple of the heads; x not (S, D) or (B, S, D))
+//   E114 attention (D not a multiple of the heads; x not (S, D) or (B, S, D); a memory not
+//        x's rank, batch and width)
 //   E115 gather (the indices not x's shape with any extent on the gathered axis)
+//   E116 attention mask (not bool; not broadcast to the scores (..., Sq, Sk); a key padding
+//        mask not x's shape without D)
 //   E301 matmul inner dims   E302 matmul batch dims   E303 matmul operand rank
 #pragma once
 
@@ -129,6 +133,37 @@ constexpr void attention() {
                 "xtpu E114 attention: the model width D must be a multiple of the number of heads");
   static_assert(detail::attention_fits_v<XShape, D, Heads> || !detail::heads_divide_v<D, Heads>,
                 "xtpu E114 attention: self-attention of width D takes x (S, D) or (B, S, D)");
+}
+
+/// Cross-attention's memory: x's rank, batch and width, (Sk, D) or (B, Sk, D).
+template <class XShape, class MemoryShape>
+constexpr void cross_attention() {
+  static_assert(detail::memory_fits_v<MemoryShape, XShape>,
+                "xtpu E114 attention: cross-attention of x (B, Sq, D) takes a memory (B, Sk, D): the same "
+                "batch and width, any length (x (Sq, D): memory (Sk, D))");
+}
+
+/// An attention mask: bool, broadcast to the scores (..., Sq, Sk) without widening them.
+template <class MaskType, class MaskShape, class ScoresShape>
+constexpr void attention_mask() {
+  static_assert(std::is_same_v<MaskType, bool>,
+                "xtpu E116 attention mask: the mask is bool, true where a query may attend to a key "
+                "(compare first, e.g. iota<int32_t, Sk>() < reshape<B, 1, 1, 1>(lengths))");
+  static_assert(detail::mask_fits_v<MaskShape, ScoresShape>,
+                "xtpu E116 attention mask: the mask must broadcast to the scores (..., Sq, Sk) of q "
+                "(..., Sq, Dk) and k (..., Sk, Dk): (Sq, Sk), (B, 1, Sq, Sk) or (B, 1, 1, Sk)");
+}
+
+/// A key padding mask of attention whose keys come from a source of shape KeysShape (x in
+/// self-attention, the memory in cross-attention): bool, (Sk) or (B, Sk).
+template <class KeysShape, class PadType, class PadShape>
+constexpr void key_padding() {
+  static_assert(std::is_same_v<PadType, bool>,
+                "xtpu E116 attention mask: the key padding mask is bool, true at a padding position");
+  static_assert(detail::key_padding_fits_v<PadShape, KeysShape>,
+                "xtpu E116 attention mask: the key padding mask is the keys' source without D: (B, Sk) "
+                "for keys from (B, Sk, D) (x in self-attention, the memory in cross-attention), (Sk) "
+                "for (Sk, D)");
 }
 
 template <class LhsShape, class RhsShape>

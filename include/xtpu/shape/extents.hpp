@@ -223,6 +223,23 @@ inline constexpr bool heads_divide_v = Heads > 0 && D % Heads == 0;
 template <class S, std::size_t D, std::size_t Heads>
 inline constexpr bool attention_fits_v = heads_divide_v<D, Heads> && (S::rank == 2 || S::rank == 3) && S::dims[S::rank - 1] == D;
 
+/// The memory of cross-attention, of shape M, for queries x of shape S (S, D) or (B, S, D):
+/// x's rank, batch and width, any length ((Sk, D) or (B, Sk, D)).
+template <class M, class S>
+inline constexpr bool memory_fits_v = M::rank == S::rank && M::dims[M::rank - 1] == S::dims[S::rank - 1] &&
+                                      (S::rank < 3 || M::dims[0] == S::dims[0]);
+/// An attention mask of shape M over scores of shape S (..., Sq, Sk): M broadcasts to S and
+/// the result is S (a mask never widens the scores).
+template <class M, class S>
+inline constexpr bool mask_fits_v = [] {
+  if constexpr (broadcastable_v<M, S>) return std::is_same_v<broadcast_t<M, S>, S>;
+  else return false;
+}();
+/// A key padding mask of shape P for keys from a source of shape S (x, or a memory): S
+/// without its last axis ((B, Sk) for (B, Sk, D), (Sk) for (Sk, D)).
+template <class P, class S>
+inline constexpr bool key_padding_fits_v = S::rank >= 1 && std::is_same_v<P, reduce_t<S, -1>>;
+
 /// S with the extent of one axis replaced (keepdims of a reduction: Extent = 1; slice, pad).
 template <class S, std::size_t Axis, std::size_t Extent>
 struct set_axis_holder {
