@@ -60,7 +60,6 @@ struct language_model {
     const xtpu::tensor<bf16, batch, L, dim> z = norm(block(h, xtpu::nn::causal));
     return xtpu::matmul<xtpu::precision::default_, float>(z, xtpu::transpose(head.weight)) + head.bias;
   }
-  void set_training(bool on) { block.dropout.training = block.dropout1.training = block.dropout2.training = on; }
 };
 }  // namespace
 BOOST_HANA_ADAPT_STRUCT(language_model, tok, pos, block, norm, head);
@@ -85,7 +84,7 @@ std::vector<std::vector<std::int32_t>> pieces(const std::vector<std::int32_t>& b
 
 /// exp(cross-entropy per real position) over every batch of `set`, dropout off: one sync at the end.
 double perplexity(language_model& m, const sequences& set) {
-  m.set_training(false);
+  xtpu::nn::eval(m);
   xtpu::tensor<float> total = xtpu::zeros<float>(), positions = xtpu::zeros<float>();
   set.for_each_batch(0, [&](auto& b) {
     const xtpu::tensor<float> real = xtpu::sum(b.mask);  // cross_entropy: the mean over real positions
@@ -93,14 +92,14 @@ double perplexity(language_model& m, const sequences& set) {
     positions = positions + real;
     xtpu::mark_step();
   });
-  m.set_training(true);
+  xtpu::nn::train(m);
   return std::exp(static_cast<double>(total.item()) / static_cast<double>(positions.item()));
 }
 
 /// `n` bytes after `prompt`, each drawn from softmax(logits / temperature) at the last position
 /// of a window of the last `seq` bytes (row 0 of a batch; the same plan for every byte).
 std::string generate(language_model& m, const std::string& prompt, std::size_t n, double temperature, std::uint64_t seed) {
-  m.set_training(false);
+  xtpu::nn::eval(m);
   std::vector<std::int32_t> text(prompt.begin(), prompt.end());
   std::uint64_t state = seed;
   std::vector<std::int32_t> ids(batch * seq);
@@ -122,7 +121,7 @@ std::string generate(language_model& m, const std::string& prompt, std::size_t n
     while (next + 1 < vocab && (u -= p[next]) >= 0) ++next;
     text.push_back(static_cast<std::int32_t>(next));
   }
-  m.set_training(true);
+  xtpu::nn::train(m);
   std::string out;
   for (std::size_t i = prompt.size(); i < text.size(); ++i) {
     const auto c = static_cast<unsigned char>(text[i]);

@@ -54,7 +54,6 @@ struct teacher_model {
     const tensor<bf16, B, seq, dim> z = norm(block(h, xtpu::nn::causal));
     return xtpu::matmul<xtpu::precision::default_, float>(z, xtpu::transpose(head.weight)) + head.bias;
   }
-  void set_training(bool on) { block.dropout.training = block.dropout1.training = block.dropout2.training = on; }
 };
 
 /// The teacher's block with LoRA adapters on its feed-forward layers (no dropout: the student
@@ -185,7 +184,7 @@ memory_row measure(int chip_index, const windows& train, float temperature) {
   const xtpu::device chip("v6e", chip_index);
   const xtpu::device_scope on(chip);
   teacher_model t = xtpu::nn::init<teacher_model>(1);  // the values do not matter here, the sizes do
-  t.set_training(false);
+  xtpu::nn::eval(t);
   xtpu::nn::requires_grad(t, false);
   auto s = student_of<Rank>(t, 1, 1.0f);
   xtpu::optim::adamw opt(s, {.lr = 1e-3f});
@@ -240,7 +239,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  teacher.set_training(false);
+  xtpu::nn::eval(teacher);
   xtpu::nn::requires_grad(teacher, false);
   xtpu::mark_step();
   const double ppl_teacher = perplexity(teacher, eval_loader);

@@ -16,7 +16,7 @@ constexpr std::size_t vocab = 8, seq = 16, batch = 64, dim = 32, heads = 4;
 constexpr std::int32_t pad_id = 0;
 
 struct classifier {
-  xtpu::nn::embedding<vocab, dim> tok;
+  xtpu::nn::embedding<vocab, dim> tok{xtpu::nn::padding_idx(pad_id)};  // torch's padding_idx: zeros, no gradient
   xtpu::nn::embedding<seq, dim> pos;
   xtpu::nn::transformer_block<dim, heads, 64> block;
   xtpu::nn::linear<dim, 2> head;
@@ -81,7 +81,7 @@ int main() {
   }
   const bool compiled_once = xtpu::metrics::counter("UncachedCompile") == compiles_after_warmup;
 
-  m.block.dropout.training = m.block.dropout1.training = m.block.dropout2.training = false;
+  xtpu::nn::eval(m);  // every dropout off, the attention weights' too
   std::size_t right = 0;
   for (std::size_t b = 0; b < held_out.batches(); ++b) {
     const xtpu::tensor<std::int32_t, batch> guess = xtpu::argmax<1>(m(held_out.ids_of(b), held_out.lengths_of(b)));

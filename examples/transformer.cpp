@@ -73,7 +73,7 @@ int main() {
     }
   }
   const bool compiled_once = xtpu::metrics::counter("UncachedCompile") == compiles_after_warmup;
-  for (auto& block : m.blocks) block.dropout.training = block.dropout1.training = block.dropout2.training = false;
+  xtpu::nn::eval(m);  // every dropout of every block off
   const float eval_loss = xtpu::nn::cross_entropy(m(x), y).item();
   const bool learned = eval_loss < 0.05f * first;
   std::printf("eval loss (dropout off) %.6f: %.3g -> %.3g (%s); compiles after warm-up: %s\n", static_cast<double>(eval_loss),

@@ -25,7 +25,7 @@ BOOST_HANA_ADAPT_STRUCT(model, block);
 int main(int argc, char** argv) {
   const int windows = argc > 1 ? std::max(1, std::atoi(argv[1])) : 7;
   model m = xtpu::nn::init<model>(0);
-  m.block.dropout.training = m.block.dropout1.training = m.block.dropout2.training = false;
+  xtpu::nn::eval(m);  // dropout off, as the torch twin's
   xtpu::optim::adamw opt(m, {.lr = 1e-3f});
   const xtpu::tensor<float, batch, seq, dim> x = xtpu::random::normal<float, batch, seq, dim>(1);
   xtpu::tensor<float> loss;

@@ -11,11 +11,18 @@
 
 namespace xtpu_test {
 
-/// softmax(q kᵀ / sqrt(d)) v per batch, key j seen by query i of batch b where seen(b, i, j):
+/// Every attention weight kept as it is.
+struct unscaled {
+  double operator()(std::size_t, std::size_t, std::size_t) const { return 1.0; }
+};
+
+/// softmax(q kᵀ / sqrt(d)) v per batch, key j seen by query i of batch b where seen(b, i, j),
+/// weight (i, j) of batch b multiplied by scale(b, i, j) (a dropout mask's 0 or 1 / (1 - p)):
 /// q (nb, sq, d), k (nb, sk, d), v (nb, sk, dv).
-template <class Seen>
+template <class Seen, class Scale = unscaled>
 std::vector<double> attention_ref(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-                                  std::size_t nb, std::size_t sq, std::size_t sk, std::size_t d, std::size_t dv, Seen seen) {
+                                  std::size_t nb, std::size_t sq, std::size_t sk, std::size_t d, std::size_t dv, Seen seen,
+                                  Scale scale = {}) {
   std::vector<double> out(nb * sq * dv, 0.0);
   for (std::size_t b = 0; b < nb; ++b)
     for (std::size_t i = 0; i < sq; ++i) {
@@ -31,7 +38,7 @@ std::vector<double> attention_ref(const std::vector<double>& q, const std::vecto
       double total = 0;
       for (auto& x : s) total += (x = std::exp(x - top));
       for (std::size_t j = 0; j < sk; ++j)
-        for (std::size_t c = 0; c < dv; ++c) out[(b * sq + i) * dv + c] += s[j] / total * v[(b * sk + j) * dv + c];
+        for (std::size_t c = 0; c < dv; ++c) out[(b * sq + i) * dv + c] += s[j] / total * scale(b, i, j) * v[(b * sk + j) * dv + c];
     }
   return out;
 }
@@ -56,11 +63,13 @@ inline std::vector<double> linear_ref(const std::vector<double>& x, const std::v
 
 /// Attention of queries from x (nb, sq, dm) to keys and values from mem (nb, sk, dm), `heads`
 /// heads, from the (3 dm, dm) / (3 dm) in-projection and the (dm, dm) / (dm) out-projection;
-/// key j of batch b seen by query i where seen(b, i, j).
-template <class Seen>
+/// key j of batch b seen by query i where seen(b, i, j); head h's weight (i, j) of batch b
+/// multiplied by scale(b h, i, j) (a dropout mask over the weights (nb, heads, sq, sk)).
+template <class Seen, class Scale = unscaled>
 std::vector<double> mha_ref(const std::vector<double>& x, const std::vector<double>& mem, const std::vector<double>& w_in,
                             const std::vector<double>& b_in, const std::vector<double>& w_out, const std::vector<double>& b_out,
-                            std::size_t nb, std::size_t sq, std::size_t sk, std::size_t dm, std::size_t heads, Seen seen) {
+                            std::size_t nb, std::size_t sq, std::size_t sk, std::size_t dm, std::size_t heads, Seen seen,
+                            Scale scale = {}) {
   const std::size_t dh = dm / heads;
   std::vector<double> joined(nb * sq * dm);
   const auto qs = linear_ref(x, w_in, b_in, nb * sq, dm, dm, 0);
@@ -75,7 +84,9 @@ std::vector<double> mha_ref(const std::vector<double>& x, const std::vector<doub
           v[t * dh + c] = vs[(b * sk + t) * dm + h * dh + c];
         }
       }
-      const auto o = attention_ref(q, k, v, 1, sq, sk, dh, dh, [&](std::size_t, std::size_t i, std::size_t j) { return seen(b, i, j); });
+      const auto o = attention_ref(
+          q, k, v, 1, sq, sk, dh, dh, [&](std::size_t, std::size_t i, std::size_t j) { return seen(b, i, j); },
+          [&](std::size_t, std::size_t i, std::size_t j) { return scale(b * heads + h, i, j); });
       for (std::size_t t = 0; t < sq; ++t)
         for (std::size_t c = 0; c < dh; ++c) joined[(b * sq + t) * dm + h * dh + c] = o[t * dh + c];
     }

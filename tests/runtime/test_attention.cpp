@@ -1,12 +1,15 @@
 // Attention: scaled_dot_product_attention (plain and causal) and its gradients against float64
 // references, the causal rule (the future changes nothing), multihead_attention and
 // transformer_block against a float64 forward built from their own parameters, torch's names,
-// the same bits at 1 and 2 threads, and a linear on (B, S, D) whose weight gradient is one product.
+// dropout on the attention weights against float64 with the mask the module draws, nn::eval
+// and nn::train over nested blocks, the same bits at 1 and 2 threads, and a linear on (B, S, D)
+// whose weight gradient is one product.
 #include "attention_ref.hpp"
 #include "grad_check.hpp"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -136,6 +139,42 @@ TEST(MultiheadAttention, TorchNamesAndAFloat64Forward) {
   }
 }
 
+TEST(MultiheadAttention, DropoutOnTheWeightsAsTorchsWithItsGradient) {
+  // torch's MultiheadAttention(dropout = p): the softmax's weights (B, H, S, S) dropped and the
+  // rest scaled by 1 / (1 - p) before the product with v. The mask is random::bernoulli's for
+  // the seed the module's stream draws next, so a float64 forward can apply it too.
+  attn_model m = xtpu::nn::init<attn_model>(3);
+  EXPECT_EQ(m.attn.dropout.p, 0.0f);  // torch's default: no dropout
+  constexpr float p = 0.25f;
+  m.attn.dropout.p = p;
+  m.attn.in_proj_bias = device<float, 3 * D>(values(3 * D, 8));
+  const auto xv = values(B * S * D, 21), rv = values(B * S * D, 22);
+  auto x = device<float, B, S, D>(xv);
+  const auto r = device<float, B, S, D>(rv);
+  xtpu::nn::seeds next = *m.attn.dropout.stream;
+  const tensor<bool, B, H, S, S> dropped = xtpu::random::bernoulli<B, H, S, S>(next.next(), p);
+  const tensor<float, B, S, D> y = m.attn(x, xtpu::nn::causal);
+  tensor<float> loss = xtpu::sum(y * r);
+  auto [dx] = xtpu::grad(loss, x);
+  const tensor<float, B, S, D> again = m.attn(x, xtpu::nn::causal);  // the stream's next seed, another mask
+  xtpu::nn::eval(m);
+  const tensor<float, B, S, D> off = m.attn(x, xtpu::nn::causal);
+  xtpu::mark_step();
+  const vec mask = host(dropped);
+  std::size_t seen_dropped = 0;
+  for (std::size_t i = 0; i < mask.size(); ++i) seen_dropped += mask[i] != 0 && i % S <= i / S % S;
+  EXPECT_GT(seen_dropped, 4u);  // of the 60 weights a query can see (B H S (S + 1) / 2)
+  EXPECT_LT(seen_dropped, 40u);
+  const auto scale = [&](std::size_t bh, std::size_t i, std::size_t j) { return mask[(bh * S + i) * S + j] != 0 ? 0.0 : 1.0 / (1.0 - p); };
+  const vec wi = host(m.attn.in_proj_weight), bi = host(m.attn.in_proj_bias);
+  const vec wo = host(m.attn.out_proj.weight), bo = host(m.attn.out_proj.bias);
+  auto f = [&](const vec& X) { return dot(mha_ref(X, X, wi, bi, wo, bo, B, S, S, D, H, seen_causal(true), scale), widen(rv)); };
+  EXPECT_TRUE(all_near(host(y), mha_ref(widen(xv), widen(xv), wi, bi, wo, bo, B, S, S, D, H, seen_causal(true), scale), 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
+  EXPECT_NE(host(again), host(y));
+  EXPECT_TRUE(all_near(host(off), mha_ref(widen(xv), widen(xv), wi, bi, wo, bo, B, S, S, D, H, seen_causal(true)), 1e-5, 1e-6));
+}
+
 constexpr std::size_t F = 12;
 struct block_model {
   BOOST_HANA_DEFINE_STRUCT(block_model, (xtpu::nn::transformer_block<D, H, F, float, highest>, block));
@@ -151,7 +190,7 @@ TEST(TransformerBlock, TorchNamesAndAFloat64PreNormForward) {
                                       "block.norm2.weight", "block.norm2.bias"}));
   block_model m = xtpu::nn::init<block_model>(4);
   EXPECT_EQ(m.block.dropout.p, 0.1f);
-  m.block.dropout.training = m.block.dropout1.training = m.block.dropout2.training = false;
+  xtpu::nn::eval(m);
   m.block.self_attn.in_proj_bias = device<float, 3 * D>(values(3 * D, 12));
   m.block.norm1.weight = device<float, D>(values(D, 13, 2.0f));
   m.block.norm2.bias = device<float, D>(values(D, 14));
@@ -171,6 +210,43 @@ TEST(TransformerBlock, TorchNamesAndAFloat64PreNormForward) {
   vec want = linear_ref(h, host(m.block.linear2.weight), host(m.block.linear2.bias), B * S, F, D);
   for (std::size_t i = 0; i < want.size(); ++i) want[i] += x1[i];
   EXPECT_TRUE(all_near(host(y), want, 1e-5, 1e-5));
+}
+
+struct two_blocks {
+  BOOST_HANA_DEFINE_STRUCT(two_blocks, (std::array<xtpu::nn::transformer_block<D, H, F>, 2>, blocks), (xtpu::nn::dropout_module, drop));
+};
+
+TEST(Modules, EvalAndTrainSetEveryDropoutHoweverDeep) {
+  two_blocks m = xtpu::nn::init<two_blocks>(6);
+  const auto all_training = [&](bool want) {
+    for (const auto& b : m.blocks) {
+      EXPECT_EQ(b.self_attn.dropout.p, 0.1f);  // torch's TransformerEncoderLayer passes its dropout to self_attn
+      for (const auto* d : {&b.self_attn.dropout, &b.dropout, &b.dropout1, &b.dropout2}) EXPECT_EQ(d->training, want);
+    }
+    EXPECT_EQ(m.drop.training, want);
+  };
+  all_training(true);
+  xtpu::nn::eval(m);
+  all_training(false);
+  xtpu::nn::train(m);
+  all_training(true);
+  xtpu::nn::train(m, false);
+  all_training(false);
+  // a checkpoint saves the attention weights' stream with the others
+  std::vector<std::string> names;
+  xtpu::nn::for_each_stream(m, [&](const std::string& name, auto&) { names.push_back(name); });
+  EXPECT_EQ(names.size(), 9u);
+  EXPECT_EQ(names.front(), "blocks.0.self_attn.dropout");
+  // a dropout that drops nothing (off, or p = 0) draws no seed
+  xtpu::nn::dropout_module d = m.drop;
+  const auto before = (*d.stream).position();
+  d.training = true;
+  d.p = 0.0f;
+  const tensor<float, S> x = device<float, S>(values(S, 23));
+  const tensor<float, S> same = d(x);
+  xtpu::mark_step();
+  EXPECT_EQ(host(same), host(x));
+  EXPECT_EQ((*d.stream).position(), before);
 }
 
 struct small_lm {  // default precision: the bits the MXU gives

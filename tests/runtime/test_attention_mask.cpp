@@ -3,15 +3,21 @@
 // a module's key padding mask (multihead_attention against float64 with its gradient, the
 // padded sequence's rows equal to the sequence without its padding, a transformer block in
 // which a padding position's values change no other position's output, bit for bit), and
-// cross-attention to a memory, padded or not, with the gradients of both inputs.
+// cross-attention to a memory, padded or not, with the gradients of both inputs, and a decoder
+// block (torch's names, causal and padded self-attention, a padded memory) against float64
+// with the gradients of x and the memory.
 #include "attention_ref.hpp"
 #include "grad_check.hpp"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 using namespace xtpu_test;
@@ -169,6 +175,113 @@ TEST(CrossAttention, MatchesFloat64WithTheGradientsOfBothInputs) {
   }
 }
 
+constexpr std::size_t F = 12;
+struct decoder_model {
+  BOOST_HANA_DEFINE_STRUCT(decoder_model, (xtpu::nn::decoder_block<D, H, F, float, highest>, dec));
+};
+
+TEST(DecoderBlock, TorchNamesAndAFloat64ForwardWithTheGradientsOfBothInputs) {
+  // torch.nn.TransformerDecoderLayer(8, 2, 12, norm_first=True).state_dict().keys()
+  const std::vector<std::string> attn_names = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
+  std::vector<std::string> names;
+  for (const char* a : {"dec.self_attn.", "dec.multihead_attn."})
+    for (const auto& n : attn_names) names.push_back(a + n);
+  for (const char* n : {"linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias", "norm1.weight", "norm1.bias",
+                        "norm2.weight", "norm2.bias", "norm3.weight", "norm3.bias"})
+    names.push_back(std::string("dec.") + n);
+  EXPECT_EQ(xtpu::nn::parameter_names<decoder_model>(), names);
+  decoder_model m = xtpu::nn::init<decoder_model>(7);
+  EXPECT_EQ(m.dec.multihead_attn.dropout.p, 0.1f);
+  xtpu::nn::eval(m);
+  m.dec.self_attn.in_proj_bias = device<float, 3 * D>(values(3 * D, 40));
+  m.dec.multihead_attn.in_proj_bias = device<float, 3 * D>(values(3 * D, 41));
+  m.dec.norm2.weight = device<float, D>(values(D, 42, 2.0f));
+  m.dec.norm3.bias = device<float, D>(values(D, 43));
+  constexpr std::size_t SM = 7;
+  const auto xv = values(B * S * D, 44), mv = values(B * SM * D, 45), rv = values(B * S * D, 46);
+  auto x = device<float, B, S, D>(xv);
+  auto mem = device<float, B, SM, D>(mv);
+  const auto r = device<float, B, S, D>(rv);
+  // the target's padding: batch 0's last position; the memory's: batch 1's last two
+  std::vector<bool> tpad(B * S, false), mpad(B * SM, false);
+  std::vector<float> tpv(B * S, 0.0f), mpv(B * SM, 0.0f);
+  tpad[S - 1] = true, tpv[S - 1] = 1.0f;
+  mpad[SM + 5] = mpad[SM + 6] = true, mpv[SM + 5] = mpv[SM + 6] = 1.0f;
+  const tensor<bool, B, S> tp = device<float, B, S>(tpv) > 0.5f;
+  const tensor<bool, B, SM> mp = device<float, B, SM>(mpv) > 0.5f;
+  using xtpu::nn::causal, xtpu::nn::key_padding;
+  const tensor<float, B, S, D> y = m.dec(x, causal, key_padding(tp), mem, key_padding(mp));
+  // every other overload: {causal, the target's padding, the memory's} as the reference's flags
+  const std::vector<std::pair<tensor<float, B, S, D>, std::array<bool, 3>>> others = {
+      {m.dec(x, mem), {false, false, false}},
+      {m.dec(x, mem, key_padding(mp)), {false, false, true}},
+      {m.dec(x, causal, mem), {true, false, false}},
+      {m.dec(x, causal, mem, key_padding(mp)), {true, false, true}},
+      {m.dec(x, key_padding(tp), mem), {false, true, false}},
+      {m.dec(x, key_padding(tp), mem, key_padding(mp)), {false, true, true}},
+      {m.dec(x, causal, key_padding(tp), mem), {true, true, false}}};
+  tensor<float> loss = xtpu::sum(y * r);
+  auto [dx, dmem] = xtpu::grad(loss, x, mem);
+  xtpu::mark_step();
+  std::map<std::string, vec> w;  // the parameters on the host, by name
+  xtpu::nn::for_each_parameter(m, [&](const std::string& name, auto& p) { w[name] = host(p); });
+  // the float64 layer; `dropped`: the dropout that drops everything (p = 1), if any
+  const auto ref = [&](const vec& X, const vec& M, std::array<bool, 3> masks, const std::string& dropped = "") {
+    const bool is_causal = masks[0], tmask = masks[1], mmask = masks[2];
+    const auto self_seen = [&](std::size_t b, std::size_t i, std::size_t j) { return (!is_causal || j <= i) && !(tmask && tpad[b * S + j]); };
+    const auto mem_seen = [&](std::size_t b, std::size_t, std::size_t j) { return !(mmask && mpad[b * SM + j]); };
+    // the residual x + branch(norm(x)): a branch dropped whole adds 0; one whose attention
+    // weights are all dropped adds its out_proj's bias
+    const auto residual = [&](const vec& in, const std::string& norm, const std::string& attn, const std::string& out_drop, auto branch) {
+      vec out = in;
+      if (dropped == out_drop) return out;
+      const vec add = dropped == attn + ".dropout" ? vec{} : branch(norm_ref(in, w.at(norm + ".weight"), w.at(norm + ".bias"), D, 1e-5, false));
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] += add.empty() ? w.at(attn + ".out_proj.bias")[i % D] : add[i];
+      return out;
+    };
+    const auto attn = [&](const std::string& a, const vec& q, const vec& kv, std::size_t sk, auto seen) {
+      return mha_ref(q, kv, w.at(a + ".in_proj_weight"), w.at(a + ".in_proj_bias"), w.at(a + ".out_proj.weight"),
+                     w.at(a + ".out_proj.bias"), B, S, sk, D, H, seen);
+    };
+    const vec x1 = residual(X, "dec.norm1", "dec.self_attn", "dropout1", [&](const vec& n) { return attn("dec.self_attn", n, n, S, self_seen); });
+    const vec x2 = residual(x1, "dec.norm2", "dec.multihead_attn", "dropout2", [&](const vec& n) { return attn("dec.multihead_attn", n, M, SM, mem_seen); });
+    vec out = x2;
+    if (dropped == "dropout3") return out;
+    vec h = linear_ref(norm_ref(x2, w.at("dec.norm3.weight"), w.at("dec.norm3.bias"), D, 1e-5, false), w.at("dec.linear1.weight"),
+                       w.at("dec.linear1.bias"), B * S, D, F);
+    for (auto& e : h) e = dropped == "dropout" ? 0.0 : 0.5 * e * (1.0 + std::erf(e / std::sqrt(2.0)));  // torch's "gelu"
+    const vec ff = linear_ref(h, w.at("dec.linear2.weight"), w.at("dec.linear2.bias"), B * S, F, D);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] += ff[i];
+    return out;
+  };
+  const vec X = widen(xv), M = widen(mv);
+  EXPECT_TRUE(all_near(host(y), ref(X, M, {true, true, true}), 1e-5, 1e-5));
+  for (const auto& [o, masks] : others) {
+    SCOPED_TRACE(testing::Message() << "causal " << masks[0] << ", target padding " << masks[1] << ", memory padding " << masks[2]);
+    EXPECT_TRUE(all_near(host(o), ref(X, M, masks), 1e-5, 1e-5));
+  }
+  auto f = [&](const vec& Xs, const vec& Ms) { return dot(ref(Xs, Ms, {true, true, true}), widen(rv)); };
+  EXPECT_TRUE(all_near(host(dx), numeric_grad_at<0>(f, X, M), 1e-4, 1e-5));
+  const vec gm = host(dmem);
+  EXPECT_TRUE(all_near(gm, numeric_grad_at<1>(f, X, M), 1e-4, 1e-5));
+  for (std::size_t i = (SM + 5) * D; i < B * SM * D; ++i) EXPECT_EQ(gm[i], 0.0) << "a hidden memory row, element " << i;
+
+  // where each dropout sits: in training, one at p = 1 (it drops everything) and the others at 0
+  auto& d = m.dec;
+  const std::vector<std::pair<std::string, xtpu::nn::dropout_module*>> dropouts = {
+      {"dec.self_attn.dropout", &d.self_attn.dropout}, {"dropout1", &d.dropout1}, {"dec.multihead_attn.dropout", &d.multihead_attn.dropout},
+      {"dropout2", &d.dropout2}, {"dropout", &d.dropout}, {"dropout3", &d.dropout3}};
+  xtpu::nn::train(m);
+  for (const auto& [name, one] : dropouts) {
+    SCOPED_TRACE(name + " at p = 1");
+    for (const auto& other : dropouts) other.second->p = 0.0f;
+    one->p = 1.0f;
+    const tensor<float, B, S, D> o = m.dec(x, causal, key_padding(tp), mem, key_padding(mp));
+    xtpu::mark_step();
+    EXPECT_TRUE(all_near(host(o), ref(X, M, {true, true, true}, name), 1e-5, 1e-5));
+  }
+}
+
 struct block_model {  // default precision: the bits the MXU gives
   BOOST_HANA_DEFINE_STRUCT(block_model, (xtpu::nn::transformer_block<D, H, 12>, block));
 };
@@ -178,7 +291,7 @@ TEST(AttentionMask, APaddingPositionChangesNoOtherOutputOfABlock) {
   // changes its own output row only, bit for bit, in a (B, S) and in an (S) input (rows 0-2
   // cannot see it anyway; row 4 could, and does without the padding mask)
   block_model m = xtpu::nn::init<block_model>(4);
-  m.block.dropout.training = m.block.dropout1.training = m.block.dropout2.training = false;
+  xtpu::nn::eval(m);
   std::vector<float> padv(B * S, 0.0f);
   padv[S + 3] = 1.0f;
   const tensor<bool, B, S> padding = device<float, B, S>(padv) > 0.5f;

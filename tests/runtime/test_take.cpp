@@ -1,7 +1,8 @@
 // take<Axis>(x, indices) and nn::embedding: values on every axis (an index out of range gives
 // 0), a bf16 x, the gradient (a scatter-add: repeated indices summed) against float64 sums, a
 // bf16 scatter-add summed in f32, a scatter-add's own gradient (a take), the same bits at 1 and
-// 2 threads, the embedding module's name, init and backward. gather<Axis>(x, indices)
+// 2 threads, the embedding module's name, init and backward, its padding_idx (zeros at init,
+// read, no gradient, an error out of range). gather<Axis>(x, indices)
 // (torch.gather): values per position on every axis, its gradient (a scatter along the axis,
 // repeated indices summed in order) against float64 sums, the scatter's own gradient (a
 // gather), the same bits at 1 and 2 threads, and a label's log-probability picked by gather
@@ -251,14 +252,32 @@ TEST(Gather, PicksEachRowsLabelAsCrossEntropyDoes) {
 struct lookup {
   xtpu::nn::embedding<50, 8> emb;
 };
+struct padded_lookup {
+  xtpu::nn::embedding<50, 8> emb{xtpu::nn::padding_idx(-1)};  // row 49, as torch counts from the end
+};
 
 }  // namespace
 
 BOOST_HANA_ADAPT_STRUCT(lookup, emb);
+BOOST_HANA_ADAPT_STRUCT(padded_lookup, emb);
 
 namespace {
 
 static_assert(xtpu::nn::parameter_count_v<lookup> == 50 * 8);
+
+/// The rows emb gives for ids iv (a (2, 3) batch), checked against the weight w, and the
+/// weight's gradient of sum(e²) / 2 (w at each use, summed), on the host.
+template <class Emb, class W>
+std::vector<double> looked_up_rows_and_gradient(Emb& emb, const std::vector<std::int32_t>& iv, const W& w) {
+  const tensor<float, 2, 3, 8> e = emb(ids<2, 3>(iv));
+  tensor<float> loss = xtpu::sum(e * e) * 0.5f;
+  xtpu::backward(loss);
+  xtpu::mark_step();
+  const auto got = host(e);
+  for (std::size_t j = 0; j < iv.size(); ++j)
+    for (std::size_t c = 0; c < 8; ++c) EXPECT_EQ(got[j * 8 + c], static_cast<double>(w[static_cast<std::size_t>(iv[j]) * 8 + c]));
+  return host(emb.weight.grad());
+}
 
 TEST(Embedding, NameInitLookupAndBackward) {
   EXPECT_EQ(xtpu::nn::parameter_names<lookup>(), std::vector<std::string>{"emb.weight"});
@@ -269,18 +288,37 @@ TEST(Embedding, NameInitLookupAndBackward) {
   for (double v : w) var += (v - mean) * (v - mean) / w.size();
   EXPECT_NEAR(mean, 0.0, 0.15);  // N(0, 1): 400 draws, standard error 0.05
   EXPECT_NEAR(var, 1.0, 0.25);
-  const std::vector<std::int32_t> iv{7, 7, 49, 0, 12, 7};
-  const tensor<float, 2, 3, 8> e = m.emb(ids<2, 3>(iv));
-  tensor<float> loss = xtpu::sum(e * e) * 0.5f;  // d/dw = w at each use, summed
-  xtpu::backward(loss);
-  xtpu::mark_step();
-  const auto got = host(e), g = host(m.emb.weight.grad());
-  for (std::size_t j = 0; j < iv.size(); ++j)
-    for (std::size_t c = 0; c < 8; ++c) EXPECT_EQ(got[j * 8 + c], w[static_cast<std::size_t>(iv[j]) * 8 + c]);
+  const auto g = looked_up_rows_and_gradient(m.emb, {7, 7, 49, 0, 12, 7}, w);
   for (std::size_t c = 0; c < 8; ++c) {
     EXPECT_EQ(g[7 * 8 + c], static_cast<double>(static_cast<float>(w[7 * 8 + c]) * 3.0f));  // three uses
     EXPECT_EQ(g[49 * 8 + c], w[49 * 8 + c]);
     EXPECT_EQ(g[1 * 8 + c], 0.0);
+  }
+}
+
+TEST(Embedding, ThePaddingRowIsZerosAtInitIsReadAndGetsNoGradient) {
+  padded_lookup m = xtpu::nn::init<padded_lookup>(3);
+  const lookup plain = xtpu::nn::init<lookup>(3);  // the same seed: the same draws
+  const auto w0 = host(m.emb.weight), wp = host(plain.emb.weight);
+  for (std::size_t i = 0; i < w0.size(); ++i) EXPECT_EQ(w0[i], i / 8 == 49 ? 0.0 : wp[i]) << "element " << i;
+  // a pad vector set by hand is read (torch's "fixed pad"), and stays out of the gradient
+  const auto wv = values(50 * 8, 30);
+  m.emb.weight = device<float, 50, 8>(wv);
+  const std::vector<std::int32_t> iv{7, 49, 49, 0, 12, 7};
+  const auto g = looked_up_rows_and_gradient(m.emb, iv, wv);
+  for (std::size_t c = 0; c < 8; ++c) {
+    EXPECT_NE(wv[49 * 8 + c], 0.0f);
+    EXPECT_EQ(g[49 * 8 + c], 0.0);  // two uses, no gradient
+    EXPECT_EQ(g[7 * 8 + c], static_cast<double>(wv[7 * 8 + c] * 2.0f));
+    EXPECT_EQ(g[0 * 8 + c], static_cast<double>(wv[0 * 8 + c]));
+  }
+  // outside [-50, 50): an error naming it, before anything is recorded
+  m.emb.padding_idx = 50;
+  try {
+    (void)m.emb(ids<2, 3>(iv));
+    ADD_FAILURE() << "no error";
+  } catch (const xtpu::error& err) {
+    EXPECT_NE(std::string(err.what()).find("padding_idx must be in [-50, 50), got 50"), std::string::npos) << err.what();
   }
 }
 

@@ -21,22 +21,31 @@
 //   multihead_attention<D, Heads, T = float, Prec>   torch.nn.MultiheadAttention(D, Heads),
 //       batch first: in_proj_weight (3D, D) (q, k, v stacked: xavier-uniform), in_proj_bias
 //       (3D) (zeros), out_proj a linear<D, D> (its bias zeros) — torch's names, so its
-//       state_dict maps one to one. Self-attention: attn(x), attn(x, nn::causal),
+//       state_dict maps one to one — and `dropout`, a dropout_module on the attention weights
+//       (torch's dropout argument: p 0 unless set; like every dropout module it takes a seed
+//       from nn::init's stream, even at p 0). Self-attention: attn(x), attn(x, nn::causal),
 //       attn(x, nn::key_padding(pad)), attn(x, nn::causal, nn::key_padding(pad)); cross-
 //       attention (torch's key = value = memory): attn(x, memory[, nn::key_padding(pad)]).
 //   transformer_block<D, Heads, Ffn = 4 D, T = float, Prec>   torch.nn.TransformerEncoderLayer
 //       (D, Heads, Ffn, activation = "gelu", batch_first = True, norm_first = True) and its
 //       names: x + dropout1(self_attn(norm1(x))), then + dropout2(linear2(dropout(gelu(
-//       linear1(norm2(·)))))). The dropouts' p is 0.1 (torch's default); set each
-//       `training = false` (or p = 0) to turn them off. block(x) and the masks as attn's
-//       self-attention. Unlike torch's layer, no dropout on the attention weights (see below).
+//       linear1(norm2(·)))))), with self_attn's dropout on the attention weights. The four
+//       dropouts' p is 0.1 (torch's default); nn::eval(model) turns them off (nn::train on).
+//       block(x) and the masks as attn's self-attention.
+//   decoder_block<D, Heads, Ffn = 4 D, T = float, Prec>   torch.nn.TransformerDecoderLayer
+//       (D, Heads, Ffn, activation = "gelu", batch_first = True, norm_first = True) and its
+//       names: x + dropout1(self_attn(norm1(x))), then + dropout2(multihead_attn(norm2(·),
+//       memory)), then + dropout3(linear2(dropout(gelu(linear1(norm3(·)))))); dropouts p 0.1.
+//       dec(x, memory): the self-attention's masks (nn::causal, key_padding(pad)) before
+//       memory, the memory's padding mask (key_padding(memory_pad)) after it.
 // Each step of attention is one statement (the heads, the masks' bias, the scores, the
 // softmax, the weighted values, the heads joined), so its gradient rules stay one statement
-// deep and the products read their operands in place. Not here yet: dropout on the attention
-// weights (torch's MultiheadAttention dropout), a decoder block.
+// deep and the products read their operands in place. Not here yet: dropout on
+// scaled_dot_product_attention's weights (torch's dropout_p: the modules have it).
 // Shape rule: q (..., Sq, Dk), k (..., Sk, Dk), v (..., Sk, Dv) -> (..., Sq, Dv) f32 (bf16 when
 // all three are bf16, masked or not), batch axes broadcast; the modules take x (S, D) or
-// (B, S, D), a memory (Sk, D) or (B, Sk, D) of x's batch, and give x's shape. Errors:
+// (B, S, D), a memory (Sk, D) or (B, Sk, D) of x's batch (the decoder always takes one), and
+// give x's shape. Errors:
 // E301/E302 (q, k, v whose extents do not meet, from matmul), E114 (D not a multiple of
 // Heads, x not (S, D) or (B, S, D), a memory not x's rank, batch and width), E116 (a mask not
 // bool or not broadcast to the scores, a key padding mask not the keys' source without D).
@@ -46,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "xtpu/expr/composite.hpp"
@@ -94,16 +104,33 @@ struct score_bias {
 template <class Bias>
 score_bias(Bias) -> score_bias<Bias>;  // (clang 14 deduces no aggregate's arguments)
 
-/// The bias of a bool mask: 0 where true, -inf where false.
-template <class M>
-constexpr auto hidden_where_false(const M& mask) {
-  return where(mask, 0.0f, -std::numeric_limits<float>::infinity());
+/// The one bias rule of a bool mask: -inf where it equals HiddenWhen (a key hidden), 0 elsewhere.
+template <bool HiddenWhen, class M>
+constexpr auto bias_of(const M& mask) {
+  constexpr float hidden = -std::numeric_limits<float>::infinity();
+  if constexpr (HiddenWhen) return where(mask, hidden, 0.0f);
+  else return where(mask, 0.0f, hidden);
 }
 /// The causal mask's bias, (Sq, Sk) f32.
 template <std::size_t Sq, std::size_t Sk>
 constexpr auto causal_bias() {
-  return hidden_where_false(nn::causal_mask<Sq, Sk>());
+  return bias_of<false>(nn::causal_mask<Sq, Sk>());
 }
+/// A mask's bias over scores (..., Sq, Sk), plus the causal mask's when Causal.
+template <bool Causal, std::size_t Sq, std::size_t Sk, class Bias>
+constexpr auto with_causal(const Bias& bias) {
+  if constexpr (Causal) return score_bias{causal_bias<Sq, Sk>() + bias};
+  else return score_bias{bias};
+}
+
+/// A module's key padding mask (pad (B, Sk) or (Sk), true at a padding position), with the
+/// causal mask too when Causal.
+template <bool Causal, class Pad>
+struct padded {
+  using pad_type = Pad;
+  static constexpr bool causal = Causal;
+  const Pad& pad;
+};
 
 template <class Scores>
 constexpr auto masked(const Scores& s, no_mask_t) {
@@ -129,15 +156,19 @@ constexpr auto masked(const Scores& s, nn::causal_t) {
 template <class Q, class K>
 using scores_shape_t = typename node_t<decltype(matmul(std::declval<const Q&>(), transpose(std::declval<const K&>())))>::shape_type;
 
+/// Attention with a mask and, when drop.p > 0, dropout on the weights (torch's
+/// MultiheadAttention dropout: the softmax's rows dropped and scaled before the product with v).
 // q (..., Sq, Dk), k (..., Sk, Dk), v (..., Sk, Dv) -> (..., Sq, Dv)
 template <precision Prec, class Q, class K, class V, class Mask>
-auto attention(const Q& q, const K& k, const V& v, const Mask& mask, xtpu::source_location caller = xtpu::source_location::current()) {
+auto attention(const Q& q, const K& k, const V& v, const Mask& mask, nn::dropout_draw drop = {},
+               xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
   using QS = typename node_t<Q>::shape_type;
   const float scale = 1.0f / std::sqrt(static_cast<float>(QS::dims[QS::rank - 1]));
   const auto scores = as_tensor(masked(matmul<Prec>(q, transpose(k)) * scale, mask));  // (..., Sq, Sk) the product's type
   const auto weights = as_tensor(softmax<-1>(scores));                                // (..., Sq, Sk) computed in f32
-  return as_tensor(matmul<Prec>(weights, v));
+  if (drop.p == 0.0f) return as_tensor(matmul<Prec>(weights, v));
+  return as_tensor(matmul<Prec>(nn::dropout(weights, drop.p, drop.seed), v));
 }
 
 /// The bias of a bool mask M over the scores of q and k (E116 when it does not fit them); with
@@ -149,10 +180,8 @@ auto mask_bias(const M& mask) {
   check::attention_mask<typename MN::value_type, typename MN::shape_type, S>();
   if constexpr (!std::is_same_v<typename MN::value_type, bool> || !mask_fits_v<typename MN::shape_type, S>) {
     return score_bias<decltype(causal_bias<1, 1>())>{causal_bias<1, 1>()};  // E116 alone
-  } else if constexpr (Causal) {
-    return score_bias{causal_bias<S::dims[S::rank - 2], S::dims[S::rank - 1]>() + hidden_where_false(as_node(mask))};
   } else {
-    return score_bias{hidden_where_false(as_node(mask))};
+    return with_causal<Causal, S::dims[S::rank - 2], S::dims[S::rank - 1]>(bias_of<false>(as_node(mask)));
   }
 }
 
@@ -193,7 +222,9 @@ struct multihead_attention {
   using in_weight_type = parameter<T, 3 * D, D>;
   using in_bias_type = parameter<T, 3 * D>;
   BOOST_HANA_DEFINE_STRUCT(multihead_attention, (in_weight_type, in_proj_weight), (in_bias_type, in_proj_bias),
-                           (linear<D, D, T, Prec>, out_proj));
+                           (linear<D, D, T, Prec>, out_proj), (dropout_module, dropout));
+
+  multihead_attention() { dropout.p = 0.0f; }
 
   // x (S, D) or (B, S, D) -> x's shape
   template <class X>
@@ -210,13 +241,13 @@ struct multihead_attention {
   template <class X, class Pad>
   auto operator()(const X& x, const key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return attend(x, x, pad);
+    return attend(x, x, detail::padded<false, Pad>{pad.pad});
   }
   template <class X, class Pad>
   auto operator()(const X& x, causal_t, const key_padding_t<Pad>& pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return attend(x, x, std::pair{causal, pad});
+    return attend(x, x, detail::padded<true, Pad>{pad.pad});
   }
   // cross-attention: x (B, Sq, D) the queries, memory (B, Sk, D) the keys and values -> x's
   // shape (x (Sq, D) with memory (Sk, D)); pad (B, Sk) or (Sk), memory's padding
@@ -229,7 +260,7 @@ struct multihead_attention {
   auto operator()(const X& x, const M& memory, const key_padding_t<Pad>& pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return attend(x, memory, pad);
+    return attend(x, memory, detail::padded<false, Pad>{pad.pad});
   }
 
   /// torch's _reset_parameters: in_proj_weight xavier-uniform (bound sqrt(6 / (D + 3D))), the
@@ -260,37 +291,29 @@ struct multihead_attention {
   /// Whether Mask's key padding mask, if any, fits keys from a source of shape MS (E116 when not).
   template <class MS, class Mask>
   static constexpr bool pad_fits() {
-    if constexpr (requires(const Mask& m) { m.pad; }) {
-      using P = detail::node_t<decltype(std::declval<const Mask&>().pad)>;
+    if constexpr (requires { typename Mask::pad_type; }) {
+      using P = detail::node_t<typename Mask::pad_type>;
       check::key_padding<MS, typename P::value_type, typename P::shape_type>();
       return std::is_same_v<typename P::value_type, bool> && detail::key_padding_fits_v<typename P::shape_type, MS>;
-    } else if constexpr (requires(const Mask& m) { m.second.pad; }) {
-      return pad_fits<MS, std::remove_cvref_t<decltype(std::declval<const Mask&>().second)>>();
     } else {
       return true;
     }
   }
-  /// A module's mask as the attention's: nn::causal as it is; a key padding mask (B, Sk) as a
-  /// bias (B, 1, 1, Sk) over the heads' scores (B, Heads, Sq, Sk), plus the causal mask's.
+  /// A module's mask as the attention's: none or nn::causal as it is; a key padding mask (B, Sk)
+  /// as a bias (B, 1, 1, Sk) over the heads' scores (B, Heads, Sq, Sk), plus the causal mask's.
   template <class S, class MS, class Mask>
   static auto heads_mask(const Mask& mask) {
-    if constexpr (std::is_same_v<Mask, detail::no_mask_t> || std::is_same_v<Mask, causal_t>) {
+    if constexpr (!requires { typename Mask::pad_type; }) {
       return mask;
     } else {
-      constexpr bool is_causal = !requires { mask.pad; };
-      const auto& pad = [&]() -> const auto& {
-        if constexpr (is_causal) return mask.second.pad;
-        else return mask.pad;
-      }();
       constexpr std::size_t sq = S::dims[S::rank - 2], sk = MS::dims[MS::rank - 2], batch = S::size / (sq * D);
-      const auto hidden = where(reshape<batch, 1, 1, sk>(pad), -std::numeric_limits<float>::infinity(), 0.0f);
-      if constexpr (is_causal) return detail::score_bias{detail::causal_bias<sq, sk>() + hidden};
-      else return detail::score_bias{hidden};
+      return detail::with_causal<Mask::causal, sq, sk>(detail::bias_of<true>(reshape<batch, 1, 1, sk>(mask.pad)));
     }
   }
 
   template <class S, class MS, class X, class M, class Mask>
   auto attend_checked(const X& x, const M& m, const Mask& module_mask) const {
+    const dropout_draw drop = dropout.draw();  // (a bad p throws before anything is recorded)
     constexpr std::size_t batch = S::size / (S::dims[S::rank - 2] * D);
     const auto mask = heads_mask<S, MS>(module_mask);
     // part I (q, k, v) of every head from its source: (B, S, D) -> (B, Heads, S, head_dim), a
@@ -304,12 +327,27 @@ struct multihead_attention {
           permute<0, 2, 1, 3>(reshape<batch, SS::dims[SS::rank - 2], Heads, head_dim>(matmul<Prec>(src, transpose(w)) + b)));
     };
     const auto o = detail::attention<Prec>(heads.template operator()<0>(x), heads.template operator()<1>(m),
-                                           heads.template operator()<2>(m), mask);  // (B, Heads, Sq, head_dim)
+                                           heads.template operator()<2>(m), mask, drop);  // (B, Heads, Sq, head_dim)
     // heads joined: (B, Heads, Sq, head_dim) -> (B, Sq, D), then out_proj
     const auto joined = detail::as_tensor(reshape_to(permute<0, 2, 1, 3>(o), S{}));
     return out_proj(joined);
   }
 };
+
+}  // namespace xtpu::nn
+
+namespace xtpu::detail {
+/// The pre-norm feed-forward residual both blocks end with:
+/// h + out_drop(linear2(drop(gelu(linear1(norm(h)))))).
+// h (..., D) -> (..., D)
+template <class H, class Norm, class Linear1, class Linear2>
+auto feed_forward(const H& h, const Norm& norm, const Linear1& linear1, const nn::dropout_module& drop, const Linear2& linear2,
+                  const nn::dropout_module& out_drop) {
+  return as_tensor(h + out_drop(linear2(drop(xtpu::gelu(linear1(norm(h)))))));
+}
+}  // namespace xtpu::detail
+
+namespace xtpu::nn {
 
 /// A pre-norm transformer encoder layer with GELU (torch.nn.TransformerEncoderLayer with
 /// norm_first=True, activation="gelu", batch_first=True); names as torch's.
@@ -319,36 +357,112 @@ struct transformer_block {
                            (dropout_module, dropout), (linear<Ffn, D, T, Prec>, linear2), (layer_norm_module<D, T>, norm1),
                            (layer_norm_module<D, T>, norm2), (dropout_module, dropout1), (dropout_module, dropout2));
 
-  transformer_block() { dropout.p = dropout1.p = dropout2.p = 0.1f; }
+  transformer_block() { self_attn.dropout.p = dropout.p = dropout1.p = dropout2.p = 0.1f; }
 
   // x (S, D) or (B, S, D) -> x's shape
   template <class X>
   auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return feed_forward(detail::as_tensor(x + dropout1(self_attn(norm1(x)))));
+    return layer(x);
   }
   template <class X>
   auto operator()(const X& x, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return feed_forward(detail::as_tensor(x + dropout1(self_attn(norm1(x), causal))));
+    return layer(x, causal);
   }
   // pad bool (B, S) (x (S, D): (S)), true at a padding position
   template <class X, class Pad>
   auto operator()(const X& x, const key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return feed_forward(detail::as_tensor(x + dropout1(self_attn(norm1(x), pad))));
+    return layer(x, pad);
   }
   template <class X, class Pad>
   auto operator()(const X& x, causal_t, const key_padding_t<Pad>& pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return feed_forward(detail::as_tensor(x + dropout1(self_attn(norm1(x), causal, pad))));
+    return layer(x, causal, pad);
   }
 
  private:
-  template <class X>
-  auto feed_forward(const X& x) const {
-    return detail::as_tensor(x + dropout2(linear2(dropout(gelu(linear1(norm2(x)))))));
+  /// The layer, self_attn given the masks.
+  template <class X, class... Masks>
+  auto layer(const X& x, const Masks&... masks) const {
+    const auto h = detail::as_tensor(x + dropout1(self_attn(norm1(x), masks...)));
+    return detail::feed_forward(h, norm2, linear1, dropout, linear2, dropout2);
+  }
+};
+
+/// A pre-norm transformer decoder layer with GELU (torch.nn.TransformerDecoderLayer with
+/// norm_first=True, activation="gelu", batch_first=True); names as torch's.
+template <std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float, precision Prec = precision::default_>
+struct decoder_block {
+  BOOST_HANA_DEFINE_STRUCT(decoder_block, (multihead_attention<D, Heads, T, Prec>, self_attn),
+                           (multihead_attention<D, Heads, T, Prec>, multihead_attn), (linear<D, Ffn, T, Prec>, linear1),
+                           (dropout_module, dropout), (linear<Ffn, D, T, Prec>, linear2), (layer_norm_module<D, T>, norm1),
+                           (layer_norm_module<D, T>, norm2), (layer_norm_module<D, T>, norm3), (dropout_module, dropout1),
+                           (dropout_module, dropout2), (dropout_module, dropout3));
+
+  decoder_block() { self_attn.dropout.p = multihead_attn.dropout.p = dropout.p = dropout1.p = dropout2.p = dropout3.p = 0.1f; }
+
+  // x (B, Sq, D), memory (B, Sk, D) -> x's shape (x (Sq, D) with memory (Sk, D)); the masks
+  // before memory are self-attention's (nn::causal, key_padding(pad) with pad (B, Sq)), the one
+  // after it the memory's (key_padding(pad) with pad (B, Sk))
+  template <class X, detail::operand M>
+  auto operator()(const X& x, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return layer(x, std::forward_as_tuple(), memory);
+  }
+  template <class X, detail::operand M, class MP>
+  auto operator()(const X& x, const M& memory, const key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return layer(x, std::forward_as_tuple(), memory, memory_pad);
+  }
+  template <class X, detail::operand M>
+  auto operator()(const X& x, causal_t, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return layer(x, std::forward_as_tuple(causal), memory);
+  }
+  template <class X, detail::operand M, class MP>
+  auto operator()(const X& x, causal_t, const M& memory, const key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return layer(x, std::forward_as_tuple(causal), memory, memory_pad);
+  }
+  template <class X, class P, detail::operand M>
+  auto operator()(const X& x, const key_padding_t<P>& pad, const M& memory,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return layer(x, std::forward_as_tuple(pad), memory);
+  }
+  template <class X, class P, detail::operand M, class MP>
+  auto operator()(const X& x, const key_padding_t<P>& pad, const M& memory, const key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return layer(x, std::forward_as_tuple(pad), memory, memory_pad);
+  }
+  template <class X, class P, detail::operand M>
+  auto operator()(const X& x, causal_t, const key_padding_t<P>& pad, const M& memory,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return layer(x, std::forward_as_tuple(causal, pad), memory);
+  }
+  template <class X, class P, detail::operand M, class MP>
+  auto operator()(const X& x, causal_t, const key_padding_t<P>& pad, const M& memory, const key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return layer(x, std::forward_as_tuple(causal, pad), memory, memory_pad);
+  }
+
+ private:
+  /// The layer: self_attn given the masks in the tuple SelfMasks, multihead_attn given memory
+  /// and its padding mask, if any.
+  template <class X, class SelfMasks, class M, class... MemoryMask>
+  auto layer(const X& x, const SelfMasks& self_masks, const M& memory, const MemoryMask&... memory_mask) const {
+    const auto attended = std::apply([&](const auto&... m) { return self_attn(norm1(x), m...); }, self_masks);
+    const auto h = detail::as_tensor(x + dropout1(attended));
+    const auto c = detail::as_tensor(h + dropout2(multihead_attn(norm2(h), memory, memory_mask...)));
+    return detail::feed_forward(c, norm3, linear1, dropout, linear2, dropout3);
   }
 };
 

@@ -12,6 +12,9 @@
 //                                   module with a reset_parameters(seeds&) member runs it, after
 //                                   its members (nn::linear: Kaiming-uniform), seeds in that order
 //   zero_grad(model), requires_grad(model, bool)
+//   train(model, on = true), eval(model)   torch's model.train() / model.eval(): sets the
+//                                   `training` flag (a bool member) of every module of model
+//                                   that has one — its dropouts, however deep — to on (eval: false)
 //   for_each_stream(model, f)       f(name, stream) for every module with a seed stream of its
 //                                   own (random_stream(): nn::dropout_module), named as
 //                                   parameters are ("drop", "blocks.0.dropout1") — what a
@@ -20,6 +23,7 @@
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -113,16 +117,35 @@ void walk_parameters(M* m, std::string& prefix, F& f) {
   walk_named<is_parameter_node>(m, prefix, f);
 }
 
+/// Calls f(u) for every node u of m — m itself, a std::array's elements, a Hana-visible
+/// struct's members, however deep — each after the nodes inside it.
+template <class M, class F>
+void visit_after_members(M& m, F& f) {
+  if constexpr (is_module_array_v<M>) {
+    for (auto& e : m) detail::visit_after_members(e, f);
+  } else if constexpr (is_struct_v<M>) {
+    boost::hana::for_each(boost::hana::accessors<M>(), [&](auto member) { detail::visit_after_members(boost::hana::second(member)(m), f); });
+  }
+  f(m);
+}
+
 /// Calls r.reset_parameters(s) for every module r of m that has one, its members first (as
 /// PyTorch's submodules initialise before their parent's constructor may re-initialise them).
 template <class M>
 void reset_modules(M& m, nn::seeds& s) {
-  if constexpr (is_module_array_v<M>) {
-    for (auto& e : m) reset_modules(e, s);
-  } else if constexpr (is_struct_v<M>) {
-    boost::hana::for_each(boost::hana::accessors<M>(), [&](auto member) { reset_modules(boost::hana::second(member)(m), s); });
-  }
-  if constexpr (requires { m.reset_parameters(s); }) m.reset_parameters(s);
+  auto reset = [&s](auto& r) {
+    if constexpr (requires { r.reset_parameters(s); }) r.reset_parameters(s);
+  };
+  detail::visit_after_members(m, reset);
+}
+
+/// Sets u.training to on for every node u of m with a bool `training` member.
+template <class M>
+void set_training(M& m, bool on) {
+  auto set = [on](auto& u) {
+    if constexpr (requires { { u.training } -> std::same_as<bool&>; }) u.training = on;
+  };
+  detail::visit_after_members(m, set);
 }
 
 /// (scalars, tensors) of the parameters of M.
@@ -212,6 +235,20 @@ void zero_grad(M& model) {
 template <class M>
 void requires_grad(M& model, bool on) {
   for_each_parameter(model, [on](const std::string&, auto& p) { p.requires_grad(on); });
+}
+
+/// torch's model.train(on): every module of model with a `training` flag (nn::dropout_module)
+/// in training mode (on) or not. A flag read while recording: the two modes are two graphs,
+/// each compiled once.
+template <class M>
+void train(M& model, bool on = true) {
+  detail::check_module<M>();
+  detail::set_training(model, on);
+}
+/// torch's model.eval(): train(model, false) — every dropout of model off.
+template <class M>
+void eval(M& model) {
+  nn::train(model, false);
 }
 
 }  // namespace xtpu::nn
