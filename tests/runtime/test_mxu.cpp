@@ -473,6 +473,34 @@ TEST(Mxu, HalfPackedWeightsOfSmallRowProductsGiveTheSameBits) {
 // c^T = b^T a^T (mxu::detail::runs_transposed): the same bits as the reference on every path
 // and thread count, f32 and bf16 operands, K across k blocks, and its epilogue sees every
 // element once, after the product.
+// A weight read by one product per step is packed once and reused, even when products of
+// activations with batches of their own (attention's scores: 96 batches here, more than the
+// cache's list of first sightings holds) run between its reads: their slices stay out of the
+// cache. Before that rule the weight was never seen twice in the list, so never cached.
+TEST(Mxu, AWeightStaysCachedBetweenBatchedProductsOfActivations) {
+  constexpr std::size_t M = 16, K = 32, N = 48, NB = 96, S = 8;
+  std::mt19937 rng(21);
+  auto& cache = xtpu::mxu::detail::packed_cache::instance();
+  cache.clear();
+  const std::size_t hits = cache.hits();
+  const auto w = xtpu_test::device<float, K, N>(random_matrix(K * N, rng, false));
+  const auto wv = w.to_host();
+  for (int step = 0; step < 4; ++step) {
+    const auto xv = random_matrix(M * K, rng, false);
+    const auto x = xtpu_test::device<float, M, K>(xv);
+    const auto q = xtpu_test::device<float, NB, S, S>(random_matrix(NB * S * S, rng, false));
+    const auto k = xtpu_test::device<float, NB, S, S>(random_matrix(NB * S * S, rng, false));
+    const xtpu::tensor<float, M, N> y = xtpu::matmul(x, w);
+    const xtpu::tensor<float, NB, S, S> scores = xtpu::matmul(q, xtpu::transpose(k));
+    xtpu::mark_step();
+    const auto yh = y.to_host();
+    expect_bits(std::vector<float>(yh.begin(), yh.end()), reference(xv, std::vector<float>(wv.begin(), wv.end()), M, N, K),
+                "step " + std::to_string(step));
+  }
+  EXPECT_GE(cache.hits(), hits + 2);  // steps 2 and 3 (step 1 packs it)
+  cache.clear();
+}
+
 TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
   std::mt19937 rng(31);
   const std::size_t shapes[][3] = {{32, 1, 5}, {64, 10, 128}, {130, 3, 513}, {512, 10, 128}, {40, 15, 300}};

@@ -111,6 +111,11 @@ void evaluator<matmul_node<Prec, L, R, Out>>::compute(const bound& b, value_type
   constexpr std::size_t batches = OS::size / (M * N);
   const detail::operand_source<L, child_slots<node, S, 0>> lhs(b);
   const detail::operand_source<R, child_slots<node, S, 1>> rhs(b);
+  // the packed-operand cache (mxu::pass's b_version) is for a right operand every batch shares
+  // (a weight): one with batches of its own (attention's keys and values, new every step)
+  // would be one key per batch, each looked up under the cache's lock for nothing and pushing
+  // the weights out of its short list of first sightings
+  const std::uint64_t rhs_version = RS::size == K * N ? rhs.version(b) : 0;
   const isa path = kernels::active_isa();
   mxu::for_each_batch(batches, 2.0 * M * N * K, kernels::num_threads(), [&](std::size_t ob, int threads) {
     // the operands' batches broadcast to the result's (NumPy rule, as for elementwise ops)
@@ -131,7 +136,7 @@ void evaluator<matmul_node<Prec, L, R, Out>>::compute(const bound& b, value_type
                                     e->fn(e->ctx, e->offset, r0, c0, rows, cols);
                                   },
                                   &bc};
-      mxu::pass(av, bv, c, N, M, N, K, path, threads, ep ? &block_ep : nullptr, rhs.version(b));
+      mxu::pass(av, bv, c, N, M, N, K, path, threads, ep ? &block_ep : nullptr, rhs_version);
     } else {
       a.resize(M * K);
       w.resize(K * N);
