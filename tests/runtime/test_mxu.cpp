@@ -469,10 +469,6 @@ TEST(Mxu, HalfPackedWeightsOfSmallRowProductsGiveTheSameBits) {
   cache.clear();
 }
 
-// A narrow output from a transposed A (a weight's gradient x^T g: N under one panel) runs as
-// c^T = b^T a^T (mxu::detail::runs_transposed): the same bits as the reference on every path
-// and thread count, f32 and bf16 operands, K across k blocks, and its epilogue sees every
-// element once, after the product.
 // A weight read by one product per step is packed once and reused, even when products of
 // activations with batches of their own (attention's scores: 96 batches here, more than the
 // cache's list of first sightings holds) run between its reads: their slices stay out of the
@@ -501,6 +497,10 @@ TEST(Mxu, AWeightStaysCachedBetweenBatchedProductsOfActivations) {
   cache.clear();
 }
 
+// A narrow output from a transposed A (a weight's gradient x^T g: N under one panel) runs as
+// c^T = b^T a^T (mxu::detail::runs_transposed): the same bits as the reference on every path
+// and thread count, f32 and bf16 operands, K across k blocks, and its epilogue sees every
+// element once, after the product.
 TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
   std::mt19937 rng(31);
   const std::size_t shapes[][3] = {{32, 1, 5}, {64, 10, 128}, {130, 3, 513}, {512, 10, 128}, {40, 15, 300}};

@@ -3,7 +3,8 @@
 //
 // Provides: detail::evaluator<matmul_node<Prec, L, R, Out>>::compute<S>. Per batch, an operand that
 // is a tensor (or a tensor transposed) is read in place through strides (a right operand
-// with its buffer's version, so that the MXU may reuse its packing); any other
+// that every batch shares — no batch axes above 1 — with its buffer's version, so that the
+// MXU may reuse its packing); any other
 // expression is evaluated once into an f32 buffer first. DEFAULT runs one mxu::pass (with the
 // block epilogue, if any); HIGH and HIGHEST run mxu::multi_pass (kernels/matmul.hpp). Batches
 // broadcast as elementwise operands do. A bf16 result is rounded once, at the end.
