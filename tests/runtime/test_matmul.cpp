@@ -146,3 +146,80 @@ TEST(Matmul, TheResultTypeIsAChoice) {
   }
   EXPECT_LT(exact_in_bf16, hw.size() / 4);  // the float result really keeps the bits bf16 would drop
 }
+
+namespace {
+template <class T, std::size_t... D>
+std::vector<std::uint32_t> bits_of(const xtpu::tensor<T, D...>& t) {
+  const auto h = t.to_host();
+  std::vector<std::uint32_t> r(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) r[i] = std::bit_cast<std::uint32_t>(static_cast<float>(h.data()[i]));
+  return r;
+}
+
+// The four products of SlicedOperandsAreReadInPlaceWithTheSameBits, each with the slice read in
+// place and with the same values stored as a tensor of their own; every result's bits.
+template <class T>
+std::vector<std::vector<std::uint32_t>> sliced_products(const xtpu::tensor<T, 96, 40>& w, const xtpu::tensor<T, 24, 40>& x,
+                                                       const xtpu::tensor<T, 16, 20>& y, const xtpu::tensor<T, 96, 12>& z,
+                                                       const xtpu::tensor<T, 24, 32>& u) {
+  const auto rows = xtpu::slice<0, 32, 64>(w);  // (32, 40): a row block, as attention's k projection
+  const auto cols = xtpu::slice<1, 8, 24>(w);   // (96, 16)
+  using xtpu::detail::node_t;
+  static_assert(xtpu::detail::operand_strides<node_t<decltype(rows)>>::in_place &&
+                xtpu::detail::operand_strides<node_t<decltype(xtpu::transpose(cols))>>::in_place);
+  const xtpu::tensor<T, 32, 40> rows_t = rows;
+  const xtpu::tensor<T, 96, 16> cols_t = cols;
+  xtpu::mark_step();
+  const xtpu::tensor<float, 24, 32> a = xtpu::matmul<xtpu::precision::default_, float>(x, xtpu::transpose(rows));
+  const xtpu::tensor<float, 24, 32> a_ref = xtpu::matmul<xtpu::precision::default_, float>(x, xtpu::transpose(rows_t));
+  const xtpu::tensor<float, 96, 20> b = xtpu::matmul<xtpu::precision::default_, float>(cols, y);
+  const xtpu::tensor<float, 96, 20> b_ref = xtpu::matmul<xtpu::precision::default_, float>(cols_t, y);
+  const xtpu::tensor<float, 16, 12> c = xtpu::matmul<xtpu::precision::default_, float>(xtpu::transpose(cols), z);
+  const xtpu::tensor<float, 16, 12> c_ref = xtpu::matmul<xtpu::precision::default_, float>(xtpu::transpose(cols_t), z);
+  const xtpu::tensor<float, 24, 40> d = xtpu::matmul<xtpu::precision::default_, float>(u, rows);
+  const xtpu::tensor<float, 24, 40> d_ref = xtpu::matmul<xtpu::precision::default_, float>(u, rows_t);
+  xtpu::mark_step();
+  return {bits_of(a), bits_of(a_ref), bits_of(b), bits_of(b_ref), bits_of(c), bits_of(c_ref), bits_of(d), bits_of(d_ref)};
+}
+
+template <class T>
+void expect_sliced_operands_read_in_place() {
+  const auto w = device<T, 96, 40>(values(96 * 40, 31));
+  const auto x = device<T, 24, 40>(values(24 * 40, 32));
+  const auto y = device<T, 16, 20>(values(16 * 20, 33));
+  const auto z = device<T, 96, 12>(values(96 * 12, 34));
+  const auto u = device<T, 24, 32>(values(24 * 32, 35));
+  const xtpu::isa isa0 = xtpu::kernels::active_isa();
+  const int threads0 = xtpu::kernels::num_threads();
+  auto& cache = xtpu::mxu::detail::packed_cache::instance();
+  const std::size_t hits = cache.hits();
+  std::vector<std::vector<std::uint32_t>> first;
+  for (xtpu::isa p : {xtpu::isa::scalar, xtpu::isa::avx2, xtpu::isa::avx512, xtpu::isa::avx512bf16}) {
+    if (!xtpu::kernels::supported(p)) continue;
+    for (int t : {1, 2}) {
+      xtpu::kernels::set_isa(p);
+      xtpu::kernels::set_num_threads(t);
+      for (int call = 0; call < 3; ++call) {  // seen, packed, reused (the right operands)
+        const auto got = sliced_products<T>(w, x, y, z, u);
+        const std::string what = std::string(xtpu::isa_name(p)) + " threads " + std::to_string(t) + " call " + std::to_string(call);
+        for (std::size_t i = 0; i < got.size(); i += 2) EXPECT_EQ(got[i], got[i + 1]) << "product " << i / 2 << ", " << what;
+        if (first.empty()) first = got;
+        EXPECT_EQ(got, first) << what;
+      }
+    }
+  }
+  EXPECT_GT(cache.hits(), hits);  // the slices (and the stored copies) found again
+  xtpu::kernels::set_isa(isa0);
+  xtpu::kernels::set_num_threads(threads0);
+}
+}  // namespace
+
+// A rectangle sliced from a matrix (a row block of a weight: attention's q, k and v
+// projections), transposed or not, is read in place (eval/matmul.hpp's operand_strides): the
+// same bits as the same values stored as a tensor of their own, as left and right operand, on
+// every ISA path and thread count, f32 and bf16, and when read again (the packed-operand cache
+// keeps a slice by its own place in the buffer).
+TEST(Matmul, SlicedOperandsAreReadInPlaceWithTheSameBits) {
+  expect_sliced_operands_read_in_place<float>();
+  expect_sliced_operands_read_in_place<xtpu::bf16>();
+}

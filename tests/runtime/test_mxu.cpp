@@ -470,9 +470,9 @@ TEST(Mxu, HalfPackedWeightsOfSmallRowProductsGiveTheSameBits) {
 }
 
 // A weight read by one product per step is packed once and reused, even when products of
-// activations with batches of their own (attention's scores: 96 batches here, more than the
-// cache's list of first sightings holds) run between its reads: their slices stay out of the
-// cache. Before that rule the weight was never seen twice in the list, so never cached.
+// activations with batches of their own (attention's scores: 96 batches here) run between its
+// reads: their slices stay out of the cache (each would have been a key looked up under the
+// cache's lock; when the cache remembered 64 first sightings, they pushed the weight out).
 TEST(Mxu, AWeightStaysCachedBetweenBatchedProductsOfActivations) {
   constexpr std::size_t M = 16, K = 32, N = 48, NB = 96, S = 8;
   std::mt19937 rng(21);
@@ -494,6 +494,50 @@ TEST(Mxu, AWeightStaysCachedBetweenBatchedProductsOfActivations) {
                 "step " + std::to_string(step));
   }
   EXPECT_GE(cache.hits(), hits + 2);  // steps 2 and 3 (step 1 packs it)
+  cache.clear();
+}
+
+// A model that reads more weights a step than a short list of first sightings would hold
+// (a 12-block transformer reads 72) gets every one cached from its second step; a new
+// version of a weight (a training step wrote it) retires its packed copy at its next read,
+// and the new values are what the product reads.
+TEST(Mxu, EveryWeightOfADeepModelIsCachedAndANewVersionRetiresTheOldCopy) {
+  constexpr std::size_t M = 8, K = 24, N = 40, W = 300;
+  std::mt19937 rng(5);
+  auto& cache = xtpu::mxu::detail::packed_cache::instance();
+  cache.clear();
+  const auto a = random_matrix(M * K, rng, false);
+  std::vector<std::vector<float>> w(W);
+  for (auto& wi : w) wi = random_matrix(K * N, rng, false);
+  std::uint64_t version = 9'000'000;
+  const auto step = [&](const std::string& what) {
+    for (std::size_t i = 0; i < W; ++i) {
+      std::vector<float> c(M * N, -7.0f);
+      xtpu::mxu::pass({a.data(), false, K, 1}, {w[i].data(), false, N, 1}, c.data(), N, M, N, K, paths().back(), 1, nullptr,
+                      version + i);
+      expect_bits(c, reference(a, w[i], M, N, K), what + ", weight " + std::to_string(i));
+    }
+  };
+  step("seen");
+  EXPECT_EQ(cache.entries(), 0u);
+  step("packed");
+  EXPECT_EQ(cache.entries(), W);
+  std::size_t hits = cache.hits();
+  step("reused");
+  EXPECT_EQ(cache.hits(), hits + W);
+  for (auto& wi : w) {  // an optimizer step: new values in place, new versions
+    const auto v = random_matrix(K * N, rng, false);
+    std::copy(v.begin(), v.end(), wi.begin());
+  }
+  version += W;
+  hits = cache.hits();
+  step("new version, seen");
+  EXPECT_EQ(cache.hits(), hits);
+  EXPECT_EQ(cache.entries(), 0u);  // every old copy retired
+  step("new version, packed");
+  step("new version, reused");
+  EXPECT_EQ(cache.hits(), hits + W);
+  EXPECT_EQ(cache.entries(), W);
   cache.clear();
 }
 

@@ -2,10 +2,10 @@
 // the precision levels, the output rounding.
 //
 // Provides: detail::evaluator<matmul_node<Prec, L, R, Out>>::compute<S>. Per batch, an operand that
-// is a tensor (or a tensor transposed) is read in place through strides (a right operand
-// that every batch shares — no batch axes above 1 — with its buffer's version, so that the
-// MXU may reuse its packing); any other
-// expression is evaluated once into an f32 buffer first. DEFAULT runs one mxu::pass (with the
+// is a tensor or a rectangle sliced from a matrix, transposed or not, is read in place through
+// strides (detail::operand_strides; a right operand that every batch shares — no batch axes above
+// 1 — with its buffer's version, so that the MXU may reuse its packing); any other expression
+// is evaluated once into an f32 buffer first. DEFAULT runs one mxu::pass (with the
 // block epilogue, if any); HIGH and HIGHEST run mxu::multi_pass (kernels/matmul.hpp). Batches
 // broadcast as elementwise operands do. A bf16 result is rounded once, at the end.
 // a (..., M, K), b (..., K, N) -> (..., M, N) f32, or bf16 when both operands are bf16
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "xtpu/eval/elementwise.hpp"
+#include "xtpu/expr/layout.hpp"
 #include "xtpu/expr/node.hpp"
 #include "xtpu/kernels/cpu.hpp"
 #include "xtpu/kernels/matmul.hpp"
@@ -42,18 +43,51 @@ inline constexpr bool is_stored_v = is_leaf_v<N>;
 template <class Shape, class C>
 inline constexpr bool is_stored_v<reshape_node<Shape, C>> = is_stored_v<C>;
 
-/// A node that is a tensor (or a reshape of one) with its last two axes swapped.
+/// Where an operand's elements sit in its tensor's buffer, when the emulator can read it in
+/// place: element (r, c) of batch `batch` at offset + batch * batch_stride + r * rs + c * cs.
+/// A tensor (or a reshape of one); a rectangle sliced from a matrix (a row block of a weight:
+/// attention's q, k and v projections); either of them transposed. Any other node: in_place
+/// false (evaluated into a buffer first).
 template <class N>
-inline constexpr bool is_transposed_leaf_v = false;
+struct operand_strides {
+  static constexpr bool in_place = false;
+};
+template <class N>
+  requires is_stored_v<N>
+struct operand_strides<N> {
+  using shape = typename N::shape_type;
+  static constexpr bool in_place = true;
+  static constexpr std::size_t cols = shape::dims[shape::rank - 1], offset = 0, rs = cols, cs = 1,
+                               batch_stride = shape::dims[shape::rank - 2] * cols;
+};
+// x (R, C) -> rows [Begin, End) (Axis 0) or columns [Begin, End) (Axis 1) of it, in place
+template <std::size_t Axis, std::size_t Begin, std::size_t End, class C>
+  requires(is_stored_v<C> && C::shape_type::rank == 2)
+struct operand_strides<slice_node<Axis, Begin, End, C>> {
+  static constexpr bool in_place = true;
+  static constexpr std::size_t ld = C::shape_type::dims[1], offset = Axis == 0 ? Begin * ld : Begin, rs = ld, cs = 1,
+                               batch_stride = 0;  // (one batch)
+};
 template <class C, std::size_t... P>
-inline constexpr bool is_transposed_leaf_v<permute_node<C, P...>> = is_transpose_v<permute_node<C, P...>> && is_stored_v<C>;
+  requires(is_transpose_v<permute_node<C, P...>> && operand_strides<C>::in_place)
+struct operand_strides<permute_node<C, P...>> {
+  static constexpr bool in_place = true;
+  static constexpr std::size_t offset = operand_strides<C>::offset, rs = operand_strides<C>::cs, cs = operand_strides<C>::rs,
+                               batch_stride = operand_strides<C>::batch_stride;
+};
 
 /// The operand Node (shape (..., rows, cols)) of one batch, as the emulator reads it.
 template <class Node, slots S>
 struct operand_source {
   using Shape = typename Node::shape_type;
+  using place = operand_strides<Node>;
   static constexpr std::size_t rows = Shape::dims[Shape::rank - 2], cols = Shape::dims[Shape::rank - 1];
-  static constexpr bool evaluated = !is_stored_v<Node> && !is_transposed_leaf_v<Node>;
+  static constexpr bool evaluated = !place::in_place;
+  /// Whether row r of batch t is row t * rows + r of one (batches * rows, cols) matrix.
+  static constexpr bool rows_follow = [] {
+    if constexpr (evaluated) return true;
+    else return place::rs == cols && place::cs == 1 && (Shape::rank == 2 || place::batch_stride == rows * cols);
+  }();
   struct none {
     explicit none(std::size_t) {}
   };
@@ -65,22 +99,18 @@ struct operand_source {
       for (std::size_t i = 0; i < Shape::size; ++i) values[i] = static_cast<float>(evaluator<Node>::template load<S>(b, i));
   }
   mxu::matrix_view view(const bound& b, std::size_t batch) const {
-    if constexpr (is_stored_v<Node>) {
-      using T = typename Node::value_type;
-      const T* base = static_cast<const T*>(b.leaves[S.leaf]) + batch * rows * cols;
-      return {base, std::is_same_v<T, bf16>, cols, 1};
-    } else if constexpr (is_transposed_leaf_v<Node>) {
-      using T = typename Node::value_type;
-      const T* base = static_cast<const T*>(b.leaves[S.leaf]) + batch * rows * cols;
-      return {base, std::is_same_v<T, bf16>, 1, rows};  // element (r, c) is x[c][r]
-    } else {
+    if constexpr (evaluated) {
       return {values.data() + batch * rows * cols, false, cols, 1};
+    } else {
+      using T = typename Node::value_type;
+      const T* base = static_cast<const T*>(b.leaves[S.leaf]) + place::offset + batch * place::batch_stride;
+      return {base, std::is_same_v<T, bf16>, place::rs, place::cs};
     }
   }
   /// What identifies the operand's values (its tensor's buffer version), 0 for an expression.
   std::uint64_t version(const bound& b) const {
-    if constexpr (is_stored_v<Node> || is_transposed_leaf_v<Node>) return b.versions ? b.versions[S.leaf] : 0;
-    else return 0;
+    if constexpr (evaluated) return 0;
+    else return b.versions ? b.versions[S.leaf] : 0;
   }
 };
 
@@ -106,7 +136,7 @@ void evaluator<matmul_node<Prec, L, R, Out>>::compute(const bound& b, value_type
   // a right operand without batch axes meets every batch of a left one whose rows follow each
   // other in memory: one product of all their rows (the same bits: each output row is the same
   // sum over K in the same order, wherever it sits)
-  constexpr bool fold = RS::rank == 2 && LS::rank > 2 && !is_transposed_leaf_v<L>;
+  constexpr bool fold = RS::rank == 2 && LS::rank > 2 && detail::operand_source<L, slots{}>::rows_follow;
   constexpr std::size_t M = fold ? LS::size / LS::dims[LS::rank - 1] : LS::dims[LS::rank - 2];
   constexpr std::size_t K = LS::dims[LS::rank - 1], N = RS::dims[RS::rank - 1];
   constexpr std::size_t batches = OS::size / (M * N);

@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <array>
 #include <utility>
 #include <vector>
@@ -1546,8 +1547,12 @@ inline isa kernel_path(isa path, std::size_t M, std::size_t N) noexcept {
 /// values (the tensor's storage version: a new version for every write) and how they are
 /// read. A key is packed on its second use (a weight read again unchanged: inference, frozen
 /// layers, a teacher), never on its first (a training step's weights change every step).
-/// Bounded: least recently used entries go first beyond `limit_bytes`. An entry keeps f32
-/// slots, or bf16 bits when key::half (packs_half).
+/// A slot is a key without its version (one buffer read one way): it holds one record, its
+/// latest version's, so a newer version retires the older one's sighting or packed copy at
+/// once (versions only grow). Bounded: packed entries go least recently used first beyond
+/// `limit_bytes`, sightings oldest first beyond `max_sightings` slots (a deep model's weights,
+/// hundreds a step, are all remembered). An entry keeps f32 slots, or bf16 bits when
+/// key::half (packs_half).
 class packed_cache {
  public:
   struct key {
@@ -1574,19 +1579,84 @@ class packed_cache {
   std::shared_ptr<const operand> get(const key& k, const matrix_view& b) {
     {
       std::lock_guard lock(m_);
-      for (auto it = entries_.begin(); it != entries_.end(); ++it)
-        if (it->k == k) {
-          entries_.splice(entries_.begin(), entries_, it);
-          ++hits_;
-          return it->data;
-        }
-      const auto s = std::find(seen_.begin(), seen_.end(), k);
-      if (s == seen_.end()) {
-        seen_[next_seen_++ % seen_.size()] = k;
+      const auto at = index_.find(k);  // k's slot: any version
+      const bool seen = at != index_.end() && at->second->k == k;
+      if (seen && at->second->data) {
+        packed_.splice(packed_.begin(), packed_, at->second);
+        ++hits_;
+        return at->second->data;
+      }
+      if (at != index_.end()) drop(at);  // seen once (packed below) or an older version
+      if (!seen) {
+        sightings_.push_front({k, nullptr});
+        index_.emplace(k, sightings_.begin());
+        if (sightings_.size() > max_sightings) drop(index_.find(sightings_.back().k));
         return nullptr;
       }
-      *s = key{};
     }
+    auto packed = pack(k, b);
+    std::lock_guard lock(m_);
+    if (const auto at = index_.find(k); at != index_.end()) drop(at);  // another thread's meanwhile
+    bytes_ += packed->bytes();
+    packed_.push_front({k, packed});
+    index_.emplace(k, packed_.begin());
+    while (bytes_ > limit_bytes && packed_.size() > 1) drop(index_.find(packed_.back().k));
+    return packed;
+  }
+  /// Drops every entry (tests; a caller that reuses an address with an old version number).
+  void clear() {
+    std::lock_guard lock(m_);
+    index_.clear();
+    packed_.clear();
+    sightings_.clear();
+    bytes_ = 0;
+  }
+  std::size_t hits() const {
+    std::lock_guard lock(m_);
+    return hits_;
+  }
+  /// How many packed operands it holds.
+  std::size_t entries() const {
+    std::lock_guard lock(m_);
+    return packed_.size();
+  }
+  static constexpr std::size_t limit_bytes = std::size_t{512} << 20;
+  static constexpr std::size_t max_sightings = 4096;
+
+ private:
+  struct record {
+    key k;
+    std::shared_ptr<const operand> data;  // null: seen once (in sightings_)
+  };
+  using records = std::list<record>;
+  struct slot_hash {
+    std::size_t operator()(const key& k) const noexcept {
+      std::size_t h = std::hash<const void*>{}(k.data);
+      for (std::size_t v : {k.rs, k.cs, k.K, k.N, std::size_t(k.bf16) | std::size_t(k.half) << 1 | std::size_t(k.path) << 2})
+        h = (h ^ v) * 0x100000001b3ull;  // FNV-1a's step over the fields
+      return h;
+    }
+  };
+  struct slot_equal {  // the same buffer read the same way, whatever its version
+    bool operator()(key a, key b) const noexcept {
+      a.version = b.version = 0;
+      return a == b;
+    }
+  };
+  using slots = std::unordered_map<key, records::iterator, slot_hash, slot_equal>;
+  /// Forgets a slot's record (its packed bytes with it). Under m_.
+  void drop(slots::iterator at) {
+    const auto r = at->second;
+    if (r->data) {
+      bytes_ -= r->data->bytes();
+      packed_.erase(r);
+    } else {
+      sightings_.erase(r);
+    }
+    index_.erase(at);
+  }
+  /// k's operand packed whole (outside the lock: the packing is the slow part).
+  static std::shared_ptr<const operand> pack(const key& k, const matrix_view& b) {
     const blocking bk = blocking_of(k.path, k.N);
     auto packed = std::make_shared<operand>();
     packed->f32.resize(packed_layout(bk, k.path == isa::avx512bf16, k.K, k.N).total);
@@ -1605,37 +1675,13 @@ class packed_cache {
         }
       packed->f32 = {};
     }
-    std::lock_guard lock(m_);
-    bytes_ += packed->bytes();
-    entries_.push_front({k, packed});
-    while (bytes_ > limit_bytes && entries_.size() > 1) {
-      bytes_ -= entries_.back().data->bytes();
-      entries_.pop_back();
-    }
     return packed;
   }
-  /// Drops every entry (tests; a caller that reuses an address with an old version number).
-  void clear() {
-    std::lock_guard lock(m_);
-    entries_.clear();
-    seen_.fill(key{});
-    bytes_ = 0;
-  }
-  std::size_t hits() const {
-    std::lock_guard lock(m_);
-    return hits_;
-  }
-  static constexpr std::size_t limit_bytes = std::size_t{512} << 20;
-
- private:
-  struct entry {
-    key k;
-    std::shared_ptr<const operand> data;
-  };
   mutable std::mutex m_;
-  std::list<entry> entries_;
-  std::array<key, 64> seen_{};
-  std::size_t next_seen_ = 0, bytes_ = 0, hits_ = 0;
+  slots index_;        // slot -> its one record, in packed_ or sightings_
+  records packed_;     // most recently used first
+  records sightings_;  // newest first
+  std::size_t bytes_ = 0, hits_ = 0;
 };
 
 }  // namespace detail
