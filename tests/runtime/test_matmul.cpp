@@ -7,7 +7,10 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <tuple>
 #include <type_traits>
+#include <vector>
 
 using namespace xtpu_test;
 
@@ -156,69 +159,93 @@ std::vector<std::uint32_t> bits_of(const xtpu::tensor<T, D...>& t) {
   return r;
 }
 
-// The four products of SlicedOperandsAreReadInPlaceWithTheSameBits, each with the slice read in
-// place and with the same values stored as a tensor of their own; every result's bits.
+// The products of SlicedOperandsAreReadInPlaceWithTheSameBits, each with the slice read in place
+// and with the same values stored as a tensor of their own; every result's bits.
 template <class T>
-std::vector<std::vector<std::uint32_t>> sliced_products(const xtpu::tensor<T, 96, 40>& w, const xtpu::tensor<T, 24, 40>& x,
-                                                       const xtpu::tensor<T, 16, 20>& y, const xtpu::tensor<T, 96, 12>& z,
-                                                       const xtpu::tensor<T, 24, 32>& u) {
-  const auto rows = xtpu::slice<0, 32, 64>(w);  // (32, 40): a row block, as attention's k projection
-  const auto cols = xtpu::slice<1, 8, 24>(w);   // (96, 16)
-  using xtpu::detail::node_t;
-  static_assert(xtpu::detail::operand_strides<node_t<decltype(rows)>>::in_place &&
-                xtpu::detail::operand_strides<node_t<decltype(xtpu::transpose(cols))>>::in_place);
-  const xtpu::tensor<T, 32, 40> rows_t = rows;
-  const xtpu::tensor<T, 96, 16> cols_t = cols;
-  xtpu::mark_step();
-  const xtpu::tensor<float, 24, 32> a = xtpu::matmul<xtpu::precision::default_, float>(x, xtpu::transpose(rows));
-  const xtpu::tensor<float, 24, 32> a_ref = xtpu::matmul<xtpu::precision::default_, float>(x, xtpu::transpose(rows_t));
-  const xtpu::tensor<float, 96, 20> b = xtpu::matmul<xtpu::precision::default_, float>(cols, y);
-  const xtpu::tensor<float, 96, 20> b_ref = xtpu::matmul<xtpu::precision::default_, float>(cols_t, y);
-  const xtpu::tensor<float, 16, 12> c = xtpu::matmul<xtpu::precision::default_, float>(xtpu::transpose(cols), z);
-  const xtpu::tensor<float, 16, 12> c_ref = xtpu::matmul<xtpu::precision::default_, float>(xtpu::transpose(cols_t), z);
-  const xtpu::tensor<float, 24, 40> d = xtpu::matmul<xtpu::precision::default_, float>(u, rows);
-  const xtpu::tensor<float, 24, 40> d_ref = xtpu::matmul<xtpu::precision::default_, float>(u, rows_t);
-  xtpu::mark_step();
-  return {bits_of(a), bits_of(a_ref), bits_of(b), bits_of(b_ref), bits_of(c), bits_of(c_ref), bits_of(d), bits_of(d_ref)};
-}
+struct sliced_operands {
+  xtpu::tensor<T, 96, 40> w = device<T, 96, 40>(values(96 * 40, 31));
+  xtpu::tensor<T, 24, 40> x = device<T, 24, 40>(values(24 * 40, 32));
+  xtpu::tensor<T, 16, 20> y = device<T, 16, 20>(values(16 * 20, 33));
+  xtpu::tensor<T, 96, 12> z = device<T, 96, 12>(values(96 * 12, 34));
+  xtpu::tensor<T, 24, 32> u = device<T, 24, 32>(values(24 * 32, 35));
+  xtpu::tensor<T, 24, 96> p = device<T, 24, 96>(values(24 * 96, 36));
+  xtpu::tensor<T, 24, 16> q = device<T, 24, 16>(values(24 * 16, 37));
+
+  auto rows() const { return xtpu::slice<0, 32, 64>(w); }  // (32, 40): a row block, as attention's k weight
+  auto cols() const { return xtpu::slice<1, 7, 23>(w); }   // (96, 16): an odd first column, rows 40 apart
+
+  template <class R, class C>
+  static auto products(const auto& o, const R& rows, const C& cols) {
+    using xtpu::transpose;
+    constexpr auto prec = xtpu::precision::default_;
+    return std::tuple{xtpu::matmul<prec, float>(o.x, transpose(rows)), xtpu::matmul<prec, float>(cols, o.y),
+                      xtpu::matmul<prec, float>(transpose(cols), o.z), xtpu::matmul<prec, float>(o.u, rows),
+                      xtpu::matmul<prec, float>(o.p, cols), xtpu::matmul<prec, float>(o.q, transpose(cols))};
+  }
+  std::vector<std::vector<std::uint32_t>> run() const {
+    using xtpu::detail::node_t;
+    static_assert(xtpu::detail::operand_strides<node_t<decltype(rows())>>::in_place &&
+                  xtpu::detail::operand_strides<node_t<decltype(xtpu::transpose(cols()))>>::in_place);
+    const xtpu::tensor<T, 32, 40> rows_t = rows();
+    const xtpu::tensor<T, 96, 16> cols_t = cols();
+    xtpu::mark_step();
+    std::vector<std::vector<std::uint32_t>> r;
+    const auto in_place = std::apply([](const auto&... e) { return std::tuple{xtpu::detail::as_tensor(e)...}; },
+                                     products(*this, rows(), cols()));
+    const auto stored = std::apply([](const auto&... e) { return std::tuple{xtpu::detail::as_tensor(e)...}; },
+                                   products(*this, rows_t, cols_t));
+    xtpu::mark_step();
+    std::apply([&](const auto&... t) { (r.push_back(bits_of(t)), ...); }, in_place);
+    std::apply([&](const auto&... t) { (r.push_back(bits_of(t)), ...); }, stored);
+    return r;
+  }
+};
 
 template <class T>
 void expect_sliced_operands_read_in_place() {
-  const auto w = device<T, 96, 40>(values(96 * 40, 31));
-  const auto x = device<T, 24, 40>(values(24 * 40, 32));
-  const auto y = device<T, 16, 20>(values(16 * 20, 33));
-  const auto z = device<T, 96, 12>(values(96 * 12, 34));
-  const auto u = device<T, 24, 32>(values(24 * 32, 35));
+  const sliced_operands<T> o;
   const xtpu::isa isa0 = xtpu::kernels::active_isa();
   const int threads0 = xtpu::kernels::num_threads();
-  auto& cache = xtpu::mxu::detail::packed_cache::instance();
-  const std::size_t hits = cache.hits();
   std::vector<std::vector<std::uint32_t>> first;
-  for (xtpu::isa p : {xtpu::isa::scalar, xtpu::isa::avx2, xtpu::isa::avx512, xtpu::isa::avx512bf16}) {
-    if (!xtpu::kernels::supported(p)) continue;
+  for (xtpu::isa path : {xtpu::isa::scalar, xtpu::isa::avx2, xtpu::isa::avx512, xtpu::isa::avx512bf16}) {
+    if (!xtpu::kernels::supported(path)) continue;
     for (int t : {1, 2}) {
-      xtpu::kernels::set_isa(p);
+      xtpu::kernels::set_isa(path);
       xtpu::kernels::set_num_threads(t);
       for (int call = 0; call < 3; ++call) {  // seen, packed, reused (the right operands)
-        const auto got = sliced_products<T>(w, x, y, z, u);
-        const std::string what = std::string(xtpu::isa_name(p)) + " threads " + std::to_string(t) + " call " + std::to_string(call);
-        for (std::size_t i = 0; i < got.size(); i += 2) EXPECT_EQ(got[i], got[i + 1]) << "product " << i / 2 << ", " << what;
+        const auto got = o.run();
+        const std::string what = std::string(xtpu::isa_name(path)) + " threads " + std::to_string(t) + " call " + std::to_string(call);
+        const std::size_t n = got.size() / 2;
+        for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], got[n + i]) << "product " << i << ", " << what;
         if (first.empty()) first = got;
         EXPECT_EQ(got, first) << what;
       }
     }
   }
-  EXPECT_GT(cache.hits(), hits);  // the slices (and the stored copies) found again
   xtpu::kernels::set_isa(isa0);
   xtpu::kernels::set_num_threads(threads0);
+  // the three sliced right operands, each its own slot in the packed-operand cache: seen,
+  // packed, then found (the stored copies are new tensors every run: never found)
+  auto& cache = xtpu::mxu::detail::packed_cache::instance();
+  cache.clear();
+  for (int call = 0; call < 3; ++call) {
+    const std::size_t hits = cache.hits();
+    const xtpu::tensor<float, 24, 32> a = xtpu::matmul<xtpu::precision::default_, float>(o.x, xtpu::transpose(o.rows()));
+    const xtpu::tensor<float, 24, 16> e = xtpu::matmul<xtpu::precision::default_, float>(o.p, o.cols());
+    const xtpu::tensor<float, 24, 96> f = xtpu::matmul<xtpu::precision::default_, float>(o.q, xtpu::transpose(o.cols()));
+    xtpu::mark_step();
+    EXPECT_EQ(cache.hits(), hits + (call == 2 ? 3 : 0)) << "call " << call;
+    EXPECT_EQ(cache.entries(), call == 0 ? 0u : 3u) << "call " << call;
+  }
+  cache.clear();
 }
 }  // namespace
 
 // A rectangle sliced from a matrix (a row block of a weight: attention's q, k and v
-// projections), transposed or not, is read in place (eval/matmul.hpp's operand_strides): the
-// same bits as the same values stored as a tensor of their own, as left and right operand, on
-// every ISA path and thread count, f32 and bf16, and when read again (the packed-operand cache
-// keeps a slice by its own place in the buffer).
+// projections; columns from an odd one, rows wider than the slice), transposed or not, is read
+// in place (eval/matmul.hpp's operand_strides): the same bits as the same values stored as a
+// tensor of their own, as left and right operand, on every ISA path and thread count, f32 and
+// bf16, and when read again; the packed-operand cache keeps each slice as a slot of its own.
 TEST(Matmul, SlicedOperandsAreReadInPlaceWithTheSameBits) {
   expect_sliced_operands_read_in_place<float>();
   expect_sliced_operands_read_in_place<xtpu::bf16>();

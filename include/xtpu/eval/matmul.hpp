@@ -86,7 +86,7 @@ struct operand_source {
   /// Whether row r of batch t is row t * rows + r of one (batches * rows, cols) matrix.
   static constexpr bool rows_follow = [] {
     if constexpr (evaluated) return true;
-    else return place::rs == cols && place::cs == 1 && (Shape::rank == 2 || place::batch_stride == rows * cols);
+    else return place::rs == cols && place::cs == 1 && place::batch_stride == rows * cols;
   }();
   struct none {
     explicit none(std::size_t) {}
@@ -144,8 +144,8 @@ void evaluator<matmul_node<Prec, L, R, Out>>::compute(const bound& b, value_type
   const detail::operand_source<R, child_slots<node, S, 1>> rhs(b);
   // the packed-operand cache (mxu::pass's b_version) is for a right operand every batch shares
   // (a weight): one with batches of its own (attention's keys and values, new every step)
-  // would be one key per batch, each looked up under the cache's lock for nothing and pushing
-  // the weights out of its short list of first sightings
+  // would be one key per batch, each looked up under the cache's lock for nothing, and
+  // thousands of sightings a step crowding the weights' out
   const std::uint64_t rhs_version = RS::size == K * N ? rhs.version(b) : 0;
   const isa path = kernels::active_isa();
   mxu::for_each_batch(batches, 2.0 * M * N * K, kernels::num_threads(), [&](std::size_t ob, int threads) {

@@ -35,7 +35,6 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
-#include <array>
 #include <utility>
 #include <vector>
 
@@ -1548,8 +1547,8 @@ inline isa kernel_path(isa path, std::size_t M, std::size_t N) noexcept {
 /// read. A key is packed on its second use (a weight read again unchanged: inference, frozen
 /// layers, a teacher), never on its first (a training step's weights change every step).
 /// A slot is a key without its version (one buffer read one way): it holds one record, its
-/// latest version's, so a newer version retires the older one's sighting or packed copy at
-/// once (versions only grow). Bounded: packed entries go least recently used first beyond
+/// latest version's (versions are unique: another one means other values), so a new version
+/// retires the old one's sighting or packed copy at once. Bounded: packed entries go least recently used first beyond
 /// `limit_bytes`, sightings oldest first beyond `max_sightings` slots (a deep model's weights,
 /// hundreds a step, are all remembered). An entry keeps f32 slots, or bf16 bits when
 /// key::half (packs_half).
@@ -1588,18 +1587,19 @@ class packed_cache {
       }
       if (at != index_.end()) drop(at);  // seen once (packed below) or an older version
       if (!seen) {
-        sightings_.push_front({k, nullptr});
-        index_.emplace(k, sightings_.begin());
+        insert(sightings_, {k, nullptr});
         if (sightings_.size() > max_sightings) drop(index_.find(sightings_.back().k));
         return nullptr;
       }
     }
     auto packed = pack(k, b);
     std::lock_guard lock(m_);
-    if (const auto at = index_.find(k); at != index_.end()) drop(at);  // another thread's meanwhile
+    if (const auto at = index_.find(k); at != index_.end()) {  // another thread's, meanwhile:
+      if (!(at->second->k == k)) return packed;  // another version: ours serves this call only
+      drop(at);                                   // the same values: ours replaces it
+    }
+    insert(packed_, {k, packed});
     bytes_ += packed->bytes();
-    packed_.push_front({k, packed});
-    index_.emplace(k, packed_.begin());
     while (bytes_ > limit_bytes && packed_.size() > 1) drop(index_.find(packed_.back().k));
     return packed;
   }
@@ -1643,9 +1643,19 @@ class packed_cache {
       return a == b;
     }
   };
-  using slots = std::unordered_map<key, records::iterator, slot_hash, slot_equal>;
+  using slot_index = std::unordered_map<key, records::iterator, slot_hash, slot_equal>;
+  /// Puts r first in `to` and indexes it (neither when either throws). Under m_.
+  void insert(records& to, record r) {
+    to.push_front(std::move(r));
+    try {
+      index_.emplace(to.front().k, to.begin());
+    } catch (...) {
+      to.pop_front();
+      throw;
+    }
+  }
   /// Forgets a slot's record (its packed bytes with it). Under m_.
-  void drop(slots::iterator at) {
+  void drop(slot_index::iterator at) {
     const auto r = at->second;
     if (r->data) {
       bytes_ -= r->data->bytes();
@@ -1678,7 +1688,7 @@ class packed_cache {
     return packed;
   }
   mutable std::mutex m_;
-  slots index_;        // slot -> its one record, in packed_ or sightings_
+  slot_index index_;   // slot -> its one record, in packed_ or sightings_
   records packed_;     // most recently used first
   records sightings_;  // newest first
   std::size_t bytes_ = 0, hits_ = 0;
