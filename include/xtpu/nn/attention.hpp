@@ -168,7 +168,7 @@ auto attention(const Q& q, const K& k, const V& v, const Mask& mask, nn::dropout
   const auto scores = as_tensor(masked(matmul<Prec>(q, transpose(k)) * scale, mask));  // (..., Sq, Sk) the product's type
   const auto weights = as_tensor(softmax<-1>(scores));                                // (..., Sq, Sk) computed in f32
   if (drop.p == 0.0f) return as_tensor(matmul<Prec>(weights, v));
-  return as_tensor(matmul<Prec>(nn::dropout(weights, drop.p, drop.seed), v));
+  return as_tensor(matmul<Prec>(dropped(weights, drop.p, drop.seed), v));
 }
 
 /// The bias of a bool mask M over the scores of q and k (E116 when it does not fit them); with
@@ -337,6 +337,18 @@ struct multihead_attention {
 }  // namespace xtpu::nn
 
 namespace xtpu::detail {
+/// The dropout probability of every dropout in transformer_block and decoder_block, the
+/// attention's included (torch's TransformerEncoderLayer and TransformerDecoderLayer default).
+inline constexpr float block_dropout_p = 0.1f;
+
+/// A pre-norm attention residual of both blocks: x + drop(attend(norm(x), args...)), args the
+/// attention's memory and masks.
+// x (..., D) -> (..., D)
+template <class X, class Norm, class Attend, class... Args>
+auto attention_residual(const X& x, const Norm& norm, const Attend& attend, const nn::dropout_module& drop, const Args&... args) {
+  return as_tensor(x + drop(attend(norm(x), args...)));
+}
+
 /// The pre-norm feed-forward residual both blocks end with:
 /// h + out_drop(linear2(drop(gelu(linear1(norm(h)))))).
 // h (..., D) -> (..., D)
@@ -357,7 +369,7 @@ struct transformer_block {
                            (dropout_module, dropout), (linear<Ffn, D, T, Prec>, linear2), (layer_norm_module<D, T>, norm1),
                            (layer_norm_module<D, T>, norm2), (dropout_module, dropout1), (dropout_module, dropout2));
 
-  transformer_block() { self_attn.dropout.p = dropout.p = dropout1.p = dropout2.p = 0.1f; }
+  transformer_block() { self_attn.dropout.p = dropout.p = dropout1.p = dropout2.p = detail::block_dropout_p; }
 
   // x (S, D) or (B, S, D) -> x's shape
   template <class X>
@@ -387,7 +399,7 @@ struct transformer_block {
   /// The layer, self_attn given the masks.
   template <class X, class... Masks>
   auto layer(const X& x, const Masks&... masks) const {
-    const auto h = detail::as_tensor(x + dropout1(self_attn(norm1(x), masks...)));
+    const auto h = detail::attention_residual(x, norm1, self_attn, dropout1, masks...);
     return detail::feed_forward(h, norm2, linear1, dropout, linear2, dropout2);
   }
 };
@@ -402,7 +414,9 @@ struct decoder_block {
                            (layer_norm_module<D, T>, norm2), (layer_norm_module<D, T>, norm3), (dropout_module, dropout1),
                            (dropout_module, dropout2), (dropout_module, dropout3));
 
-  decoder_block() { self_attn.dropout.p = multihead_attn.dropout.p = dropout.p = dropout1.p = dropout2.p = dropout3.p = 0.1f; }
+  decoder_block() {
+    self_attn.dropout.p = multihead_attn.dropout.p = dropout.p = dropout1.p = dropout2.p = dropout3.p = detail::block_dropout_p;
+  }
 
   // x (B, Sq, D), memory (B, Sk, D) -> x's shape (x (Sq, D) with memory (Sk, D)); the masks
   // before memory are self-attention's (nn::causal, key_padding(pad) with pad (B, Sq)), the one
@@ -459,9 +473,9 @@ struct decoder_block {
   /// and its padding mask, if any.
   template <class X, class SelfMasks, class M, class... MemoryMask>
   auto layer(const X& x, const SelfMasks& self_masks, const M& memory, const MemoryMask&... memory_mask) const {
-    const auto attended = std::apply([&](const auto&... m) { return self_attn(norm1(x), m...); }, self_masks);
-    const auto h = detail::as_tensor(x + dropout1(attended));
-    const auto c = detail::as_tensor(h + dropout2(multihead_attn(norm2(h), memory, memory_mask...)));
+    const auto h = std::apply(
+        [&](const auto&... m) { return detail::attention_residual(x, norm1, self_attn, dropout1, m...); }, self_masks);
+    const auto c = detail::attention_residual(h, norm2, multihead_attn, dropout2, memory, memory_mask...);
     return detail::feed_forward(c, norm3, linear1, dropout, linear2, dropout3);
   }
 };

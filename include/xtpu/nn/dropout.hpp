@@ -36,6 +36,17 @@ namespace xtpu::detail {
 inline void check_dropout_p(float p) {
   if (!(p >= 0.0f && p <= 1.0f)) throw error("xtpu: dropout: p must be in [0, 1], got " + std::to_string(p));
 }
+
+/// x with each element zeroed with probability p (the mask of `seed`), the rest scaled by
+/// 1 / (1 - p): nn::dropout's rule, p already checked.
+// x (...) -> (...), x's type
+template <class X>
+auto dropped(const X& x, float p, std::uint64_t seed) {
+  using N = node_t<X>;
+  check::floating<typename N::value_type>();
+  const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  return as_tensor(where(bernoulli_node<typename N::shape_type>(seed, p), 0.0f, x * scale));
+}
 }  // namespace xtpu::detail
 
 namespace xtpu::nn {
@@ -44,11 +55,8 @@ namespace xtpu::nn {
 template <class X>
 auto dropout(const X& x, float p, std::uint64_t seed, xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  using N = detail::node_t<X>;
-  check::floating<typename N::value_type>();
   detail::check_dropout_p(p);
-  const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-  return detail::as_tensor(where(detail::bernoulli_node<typename N::shape_type>(seed, p), 0.0f, x * scale));
+  return detail::dropped(x, p, seed);
 }
 
 /// One call's dropout: p (0: none) and the seed of its mask.
@@ -70,7 +78,7 @@ struct dropout_module {
     const detail::site_scope site(caller);
     const dropout_draw d = draw();
     if (d.p == 0.0f) return detail::as_tensor(x);
-    return dropout(x, d.p, d.seed);
+    return detail::dropped(x, d.p, d.seed);
   }
   /// This call's p and seed: p 0 and no seed drawn when not training or p is 0; an xtpu::error
   /// naming p when it is outside [0, 1].

@@ -47,7 +47,7 @@ struct embedding {
   template <class Ids>
   auto operator()(const Ids& ids, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    const std::optional<std::int32_t> pad = padding_idx ? std::optional(padding_row()) : std::nullopt;  // (an error first)
+    const std::optional<std::int32_t> pad = padding_row();  // (an error first)
     const auto rows = detail::as_tensor(take<0>(weight, ids));  // (..., Dim)
     if (!pad) return rows;
     using IS = typename detail::node_t<Ids>::shape_type;
@@ -57,13 +57,15 @@ struct embedding {
 
   /// N(0, 1), as torch.nn.Embedding; the padding row zeros.
   void reset_parameters(seeds& s) {
-    const std::optional<std::int32_t> pad = padding_idx ? std::optional(padding_row()) : std::nullopt;  // (an error first)
+    const std::optional<std::int32_t> pad = padding_row();  // (an error first)
     weight = random::normal<T, Num, Dim>(s.next());
     if (pad) weight = where(reshape<Num, 1>(iota<std::int32_t, Num>()) == *pad, T(0), weight);
   }
 
-  /// padding_idx as a row of the weight, in [0, Num) (an xtpu::error naming it when outside [-Num, Num)).
-  std::int32_t padding_row() const {
+  /// padding_idx as a row of the weight, in [0, Num), if set (an xtpu::error naming it when
+  /// outside [-Num, Num)).
+  std::optional<std::int32_t> padding_row() const {
+    if (!padding_idx) return std::nullopt;
     constexpr auto num = static_cast<std::int64_t>(Num);
     const std::int64_t at = *padding_idx;
     if (at < -num || at >= num)
