@@ -1,5 +1,5 @@
-// Attention: scaled_dot_product_attention (plain and causal) and its gradients against float64
-// references, the causal rule (the future changes nothing), multihead_attention and
+// Attention: scaled_dot_product_attention (plain and causal; dropout on its weights) and its
+// gradients against float64 references, the causal rule (the future changes nothing), multihead_attention and
 // transformer_block against a float64 forward built from their own parameters, torch's names,
 // dropout on the attention weights against float64 with the mask the module draws, nn::eval
 // and nn::train over nested blocks, the same bits at 1 and 2 threads, and a linear on (B, S, D)
@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -46,6 +47,55 @@ TEST(Attention, MatchesFloat64WithItsGradients) {
     EXPECT_TRUE(all_near(host(dk), numeric_grad_at<1>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
     EXPECT_TRUE(all_near(host(dv), numeric_grad_at<2>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
   }
+}
+
+TEST(Attention, DropoutOnTheWeightsWithTheSeedGivenAndItsGradients) {
+  // torch's F.scaled_dot_product_attention(..., dropout_p = p) with the mask of a seed said:
+  // the weights (NB, SQ, SK) dropped where random::bernoulli(seed, p) is true, the rest scaled
+  // by 1 / (1 - p), before the product with v — against float64 with that mask, and the
+  // gradients of q, k and v through the same mask; with a bool mask and causal, as plain.
+  constexpr float p = 0.3f;
+  constexpr std::uint64_t seed = 77;
+  const auto qv = values(NB * SQ * DK, 31), kv = values(NB * SK * DK, 32), vv = values(NB * SK * DV, 33), rv = values(NB * SQ * DV, 34);
+  auto q = device<float, NB, SQ, DK>(qv);
+  auto k = device<float, NB, SK, DK>(kv);
+  auto v = device<float, NB, SK, DV>(vv);
+  const auto r = device<float, NB, SQ, DV>(rv);
+  const tensor<bool, NB, SQ, SK> dropped = xtpu::random::bernoulli<NB, SQ, SK>(seed, p);
+  const tensor<bool, SQ, SK> allowed =  // key j by query i, but for j = i - 1
+      xtpu::reshape<SQ, 1>(xtpu::iota<std::int32_t, SQ>()) != xtpu::iota<std::int32_t, SK>() + 1;
+  const xtpu::nn::dropout_draw drop{p, seed};
+  for (const bool masked : {false, true}) {
+    SCOPED_TRACE(masked ? "causal and a bool mask" : "plain");
+    const tensor<float, NB, SQ, DV> o =
+        masked ? xtpu::nn::scaled_dot_product_attention<highest>(q, k, v, xtpu::nn::causal, allowed, drop)
+               : xtpu::nn::scaled_dot_product_attention<highest>(q, k, v, drop);
+    const tensor<float, NB, SQ, DV> kept =
+        masked ? xtpu::nn::scaled_dot_product_attention<highest>(q, k, v, xtpu::nn::causal, allowed, {0.0f, seed})
+               : xtpu::nn::scaled_dot_product_attention<highest>(q, k, v, {0.0f, seed});
+    tensor<float> loss = xtpu::sum(o * r);
+    auto [dq, dk, dv] = xtpu::grad(loss, q, k, v);
+    xtpu::mark_step();
+    const vec mask = host(dropped), al = host(allowed);
+    const auto seen = [&](std::size_t, std::size_t i, std::size_t j) { return !masked || (j <= i && al[i * SK + j] != 0); };
+    const auto scale = [&](std::size_t b, std::size_t i, std::size_t j) { return mask[(b * SQ + i) * SK + j] != 0 ? 0.0 : 1.0 / (1.0 - p); };
+    auto f = [&](const vec& Q, const vec& K, const vec& V) { return dot(attention_ref(Q, K, V, NB, SQ, SK, DK, DV, seen, scale), widen(rv)); };
+    EXPECT_TRUE(all_near(host(o), attention_ref(widen(qv), widen(kv), widen(vv), NB, SQ, SK, DK, DV, seen, scale), 1e-5, 1e-6));
+    EXPECT_TRUE(all_near(host(kept), attention_ref(widen(qv), widen(kv), widen(vv), NB, SQ, SK, DK, DV, seen), 1e-5, 1e-6));
+    EXPECT_TRUE(all_near(host(dq), numeric_grad_at<0>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
+    EXPECT_TRUE(all_near(host(dk), numeric_grad_at<1>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
+    EXPECT_TRUE(all_near(host(dv), numeric_grad_at<2>(f, widen(qv), widen(kv), widen(vv)), 1e-4, 1e-5));
+  }
+  // a module's draw() in eval is p 0: the attention of no dropout, bit for bit
+  xtpu::nn::dropout_module off;
+  off.p = 0.5f;
+  off.training = false;
+  const tensor<float, NB, SQ, DV> with_off = xtpu::nn::scaled_dot_product_attention(q, k, v, off.draw());
+  const tensor<float, NB, SQ, DV> plain = xtpu::nn::scaled_dot_product_attention(q, k, v);
+  xtpu::mark_step();
+  EXPECT_EQ(host(with_off), host(plain));
+  EXPECT_THROW(xtpu::nn::scaled_dot_product_attention(q, k, v, xtpu::nn::causal, {1.5f, seed}), xtpu::error);
+  EXPECT_THROW(xtpu::nn::scaled_dot_product_attention(q, k, v, {std::nanf(""), seed}), xtpu::error);
 }
 
 TEST(Attention, CausalRowsIgnoreTheFuture) {

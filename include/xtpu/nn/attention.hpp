@@ -3,8 +3,8 @@
 // shapes).
 //
 // Provides:
-//   scaled_dot_product_attention<Prec>(q, k, v[, causal][, mask])   softmax(q kᵀ / sqrt(Dk)) v
-//       (torch.nn.functional.scaled_dot_product_attention): the scores in the products' type
+//   scaled_dot_product_attention<Prec>(q, k, v[, causal][, mask][, drop])   softmax(q kᵀ /
+//       sqrt(Dk)) v (torch.nn.functional.scaled_dot_product_attention): the scores in the products' type
 //       (f32, or bf16 when q and k are bf16), the softmax computed in f32 and stored in it;
 //       with nn::causal, key j is hidden from query i when j > i (torch's is_causal: the lower
 //       triangle of a (Sq, Sk) block of ones); with a bool `mask` broadcast to the scores
@@ -12,7 +12,10 @@
 //       Hidden scores get -inf added before the softmax (a bias made by where from the masks,
 //       as torch adds a float attn_mask). Every query must see at least one key: one that
 //       sees none gets NaN (as torch 1.13; torch >= 2.5 gives 0), and in a training step the
-//       NaN reaches every gradient — pad on the right, lengths >= 1.
+//       NaN reaches every gradient — pad on the right, lengths >= 1. With drop (a
+//       dropout_draw {p, seed}: a dropout_module's draw(), as torch's dropout_p with the seed
+//       said), the weights are dropped and scaled as nn::dropout(weights, p, seed) before the
+//       product with v; p 0 (the default, and a module's draw() in eval) drops nothing.
 //   causal_mask<Sq, Sk>()   that causal mask, a bool (Sq, Sk) expression of two iotas.
 //   key_padding(pad)   the padding mask of a module's keys (torch's key_padding_mask): pad
 //       bool, the keys' source without D ((B, S) for x (B, S, D), (S) for x (S, D), (B, Sk) for
@@ -40,15 +43,15 @@
 //       memory, the memory's padding mask (key_padding(memory_pad)) after it.
 // Each step of attention is one statement (the heads, the masks' bias, the scores, the
 // softmax, the weighted values, the heads joined), so its gradient rules stay one statement
-// deep and the products read their operands in place. Not here yet: dropout on
-// scaled_dot_product_attention's weights (torch's dropout_p: the modules have it).
+// deep and the products read their operands in place.
 // Shape rule: q (..., Sq, Dk), k (..., Sk, Dk), v (..., Sk, Dv) -> (..., Sq, Dv) f32 (bf16 when
 // all three are bf16, masked or not), batch axes broadcast; the modules take x (S, D) or
 // (B, S, D), a memory (Sk, D) or (B, Sk, D) of x's batch (the decoder always takes one), and
 // give x's shape. Errors:
 // E301/E302 (q, k, v whose extents do not meet, from matmul), E114 (D not a multiple of
 // Heads, x not (S, D) or (B, S, D), a memory not x's rank, batch and width), E116 (a mask not
-// bool or not broadcast to the scores, a key padding mask not the keys' source without D).
+// bool or not broadcast to the scores, a key padding mask not the keys' source without D);
+// xtpu::error for a drop whose p is outside [0, 1], naming it (nothing recorded).
 #pragma once
 
 #include <cmath>
@@ -189,29 +192,36 @@ auto mask_bias(const M& mask) {
 
 namespace xtpu::nn {
 
-// q (..., Sq, Dk), k (..., Sk, Dk), v (..., Sk, Dv) -> (..., Sq, Dv)
+// q (..., Sq, Dk), k (..., Sk, Dk), v (..., Sk, Dv) -> (..., Sq, Dv); drop: the weights'
+// dropout (p 0: none), a dropout_module's draw() or {p, seed}
 template <precision Prec = precision::default_, class Q, class K, class V>
-auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, xtpu::source_location caller = xtpu::source_location::current()) {
+auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, dropout_draw drop = {},
+                                  xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  return detail::attention<Prec>(q, k, v, detail::no_mask_t{});
+  detail::check_dropout_p(drop.p);
+  return detail::attention<Prec>(q, k, v, detail::no_mask_t{}, drop);
 }
 template <precision Prec = precision::default_, class Q, class K, class V>
-auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, causal_t, xtpu::source_location caller = xtpu::source_location::current()) {
+auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, causal_t, dropout_draw drop = {},
+                                  xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  return detail::attention<Prec>(q, k, v, causal);
+  detail::check_dropout_p(drop.p);
+  return detail::attention<Prec>(q, k, v, causal, drop);
 }
 // mask bool, broadcast to (..., Sq, Sk): true where query i may attend to key j
 template <precision Prec = precision::default_, class Q, class K, class V, detail::operand M>
-auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, const M& mask,
+auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, const M& mask, dropout_draw drop = {},
                                   xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  return detail::attention<Prec>(q, k, v, detail::mask_bias<false, Q, K>(mask));
+  detail::check_dropout_p(drop.p);
+  return detail::attention<Prec>(q, k, v, detail::mask_bias<false, Q, K>(mask), drop);
 }
 template <precision Prec = precision::default_, class Q, class K, class V, detail::operand M>
-auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, causal_t, const M& mask,
+auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, causal_t, const M& mask, dropout_draw drop = {},
                                   xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  return detail::attention<Prec>(q, k, v, detail::mask_bias<true, Q, K>(mask));
+  detail::check_dropout_p(drop.p);
+  return detail::attention<Prec>(q, k, v, detail::mask_bias<true, Q, K>(mask), drop);
 }
 
 /// Multi-head attention, batch first (torch.nn.MultiheadAttention(D, Heads, batch_first=True)):
