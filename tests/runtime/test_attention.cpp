@@ -1,9 +1,9 @@
 // Attention: scaled_dot_product_attention (plain and causal; dropout on its weights) and its
-// gradients against float64 references, the causal rule (the future changes nothing), multihead_attention and
-// transformer_block against a float64 forward built from their own parameters, torch's names,
-// dropout on the attention weights against float64 with the mask the module draws, nn::eval
-// and nn::train over nested blocks, the same bits at 1 and 2 threads, and a linear on (B, S, D)
-// whose weight gradient is one product.
+// gradients against float64 references, the causal rule (the future changes nothing),
+// multihead_attention and transformer_block against a float64 forward built from their own
+// parameters, torch's names, dropout on the attention weights against float64 with the mask
+// the module draws, nn::eval and nn::train over nested blocks, the same bits at 1 and 2
+// threads, and a linear on (B, S, D) whose weight gradient is one product.
 #include "attention_ref.hpp"
 #include "grad_check.hpp"
 

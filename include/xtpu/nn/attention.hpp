@@ -3,9 +3,10 @@
 // shapes).
 //
 // Provides:
-//   scaled_dot_product_attention<Prec>(q, k, v[, causal][, mask][, drop])   softmax(q kᵀ /
-//       sqrt(Dk)) v (torch.nn.functional.scaled_dot_product_attention): the scores in the products' type
-//       (f32, or bf16 when q and k are bf16), the softmax computed in f32 and stored in it;
+//   scaled_dot_product_attention<Prec>(q, k, v[, causal][, mask][, drop])
+//       softmax(q kᵀ / sqrt(Dk)) v (torch.nn.functional.scaled_dot_product_attention): the
+//       scores in the products' type (f32, or bf16 when q and k are bf16), the softmax
+//       computed in f32 and stored in it;
 //       with nn::causal, key j is hidden from query i when j > i (torch's is_causal: the lower
 //       triangle of a (Sq, Sk) block of ones); with a bool `mask` broadcast to the scores
 //       (..., Sq, Sk), a key is hidden where the mask is false (torch's boolean attn_mask).
@@ -51,7 +52,7 @@
 // E301/E302 (q, k, v whose extents do not meet, from matmul), E114 (D not a multiple of
 // Heads, x not (S, D) or (B, S, D), a memory not x's rank, batch and width), E116 (a mask not
 // bool or not broadcast to the scores, a key padding mask not the keys' source without D);
-// xtpu::error for a drop whose p is outside [0, 1], naming it (nothing recorded).
+// xtpu::error for a drop whose p is outside [0, 1] or NaN, naming it (nothing recorded).
 #pragma once
 
 #include <cmath>
@@ -159,8 +160,9 @@ constexpr auto masked(const Scores& s, nn::causal_t) {
 template <class Q, class K>
 using scores_shape_t = typename node_t<decltype(matmul(std::declval<const Q&>(), transpose(std::declval<const K&>())))>::shape_type;
 
-/// Attention with a mask and, when drop.p > 0, dropout on the weights (torch's
-/// MultiheadAttention dropout: the softmax's rows dropped and scaled before the product with v).
+/// Attention with a mask and, when drop.p > 0, dropout on the weights (MultiheadAttention's
+/// dropout, scaled_dot_product_attention's dropout_p: the softmax's weights dropped and scaled
+/// before the product with v); drop.p checked by the caller.
 // q (..., Sq, Dk), k (..., Sk, Dk), v (..., Sk, Dv) -> (..., Sq, Dv)
 template <precision Prec, class Q, class K, class V, class Mask>
 auto attention(const Q& q, const K& k, const V& v, const Mask& mask, nn::dropout_draw drop = {},

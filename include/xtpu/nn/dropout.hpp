@@ -12,9 +12,9 @@
 //       p = 0); each call that drops draws the next seed of its own stream (an nn::seeds from
 //       the seed init gives it), so two dropout modules of a model, and two steps, get
 //       different masks. draw() gives that call's p and seed to a module that drops within
-//       an expression of its own (multihead_attention's weights). It takes one seed
-//       from init's stream: the modules declared after it get other values than in a model
-//       without it. Like a parameter, it belongs to one thread (a call advances its stream;
+//       an expression of its own (multihead_attention's weights; scaled_dot_product_attention
+//       takes it too). It takes one seed from init's stream: the modules declared after it
+//       get other values than in a model without it. Like a parameter, it belongs to one thread (a call advances its stream;
 //       xtpu::discard_step takes the stream back to where the dropped work found it). Its
 //       stream (seed and position) is saved in a checkpoint and restored by io::load, so a
 //       resumed run draws the masks the uninterrupted one would have.

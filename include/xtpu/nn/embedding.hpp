@@ -62,8 +62,8 @@ struct embedding {
     if (pad) weight = where(reshape<Num, 1>(iota<std::int32_t, Num>()) == *pad, T(0), weight);
   }
 
-  /// padding_idx as a row of the weight, in [0, Num), if set (an xtpu::error naming it when
-  /// outside [-Num, Num)).
+  /// padding_idx as a row of the weight, in [0, Num), or nullopt when unset (an xtpu::error
+  /// naming it when outside [-Num, Num)).
   std::optional<std::int32_t> padding_row() const {
     if (!padding_idx) return std::nullopt;
     constexpr auto num = static_cast<std::int64_t>(Num);
