@@ -8,17 +8,13 @@ import sys
 
 import torch
 
-from windows import median_window
+from windows import median_window, twin_arguments
 
 B, S, D, H, WINDOW, WARMUP = 8, 128, 256, 4, 10, 5
 
 
 def main():
-    threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    windows = int(sys.argv[2]) if len(sys.argv) > 2 else 7
-    bf16 = len(sys.argv) > 3 and sys.argv[3] == "bf16"
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
+    windows, bf16 = twin_arguments(sys.argv)
     layer = torch.nn.TransformerEncoderLayer(D, H, 4 * D, dropout=0.0, activation="gelu", batch_first=True,
                                              norm_first=True)
     opt = torch.optim.AdamW(layer.parameters(), lr=1e-3)
