@@ -162,12 +162,13 @@ using scores_shape_t = typename node_t<decltype(matmul(std::declval<const Q&>(),
 
 /// Attention with a mask and, when drop.p > 0, dropout on the weights (MultiheadAttention's
 /// dropout, scaled_dot_product_attention's dropout_p: the softmax's weights dropped and scaled
-/// before the product with v); drop.p checked by the caller.
+/// before the product with v); drop.p outside [0, 1] an xtpu::error before anything is recorded.
 // q (..., Sq, Dk), k (..., Sk, Dk), v (..., Sk, Dv) -> (..., Sq, Dv)
 template <precision Prec, class Q, class K, class V, class Mask>
 auto attention(const Q& q, const K& k, const V& v, const Mask& mask, nn::dropout_draw drop = {},
                xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
+  check_dropout_p(drop.p);
   using QS = typename node_t<Q>::shape_type;
   const float scale = 1.0f / std::sqrt(static_cast<float>(QS::dims[QS::rank - 1]));
   const auto scores = as_tensor(masked(matmul<Prec>(q, transpose(k)) * scale, mask));  // (..., Sq, Sk) the product's type
@@ -200,14 +201,12 @@ template <precision Prec = precision::default_, class Q, class K, class V>
 auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, dropout_draw drop = {},
                                   xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  detail::check_dropout_p(drop.p);
   return detail::attention<Prec>(q, k, v, detail::no_mask_t{}, drop);
 }
 template <precision Prec = precision::default_, class Q, class K, class V>
 auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, causal_t, dropout_draw drop = {},
                                   xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  detail::check_dropout_p(drop.p);
   return detail::attention<Prec>(q, k, v, causal, drop);
 }
 // mask bool, broadcast to (..., Sq, Sk): true where query i may attend to key j
@@ -215,14 +214,12 @@ template <precision Prec = precision::default_, class Q, class K, class V, detai
 auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, const M& mask, dropout_draw drop = {},
                                   xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  detail::check_dropout_p(drop.p);
   return detail::attention<Prec>(q, k, v, detail::mask_bias<false, Q, K>(mask), drop);
 }
 template <precision Prec = precision::default_, class Q, class K, class V, detail::operand M>
 auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, causal_t, const M& mask, dropout_draw drop = {},
                                   xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  detail::check_dropout_p(drop.p);
   return detail::attention<Prec>(q, k, v, detail::mask_bias<true, Q, K>(mask), drop);
 }
 

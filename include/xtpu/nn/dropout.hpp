@@ -14,10 +14,11 @@
 //       different masks. draw() gives that call's p and seed to a module that drops within
 //       an expression of its own (multihead_attention's weights; scaled_dot_product_attention
 //       takes it too). It takes one seed from init's stream: the modules declared after it
-//       get other values than in a model without it. Like a parameter, it belongs to one thread (a call advances its stream;
-//       xtpu::discard_step takes the stream back to where the dropped work found it). Its
-//       stream (seed and position) is saved in a checkpoint and restored by io::load, so a
-//       resumed run draws the masks the uninterrupted one would have.
+//       get other values than in a model without it. Like a parameter, it belongs to one
+//       thread (a call advances its stream; xtpu::discard_step takes the stream back to
+//       where the dropped work found it). Its stream (seed and position) is saved in a
+//       checkpoint and restored by io::load, so a resumed run draws the masks the
+//       uninterrupted one would have.
 // Shape rule: x's shape and type. Errors: E201 (x not float or bf16); xtpu::error for p
 // outside [0, 1] or NaN, naming p (nothing recorded) — a module's at every call, training or not.
 #pragma once
