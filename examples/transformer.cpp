@@ -1,13 +1,13 @@
-// A small causal language model: token and position embeddings, two pre-norm transformer
-// blocks (multi-head self-attention with a causal mask, a GELU feed-forward), a final layer norm
-// and a head to the vocabulary, trained by cross_entropy + AdamW with a warm-up and a cosine
-// learning rate to predict each next token of sequences t[i+1] = (t[i] + t[i-1]) mod 16 — a
-// rule that needs the two previous tokens, so attention must look back. Parameters carry
-// torch's names ("blocks.0.self_attn.in_proj_weight"). Self-checking: exits non-zero unless the
-// loss (dropout off) falls below 5 % of its start and the step compiled once.
+// A small causal language model: token and position embeddings, an encoder stack of two
+// pre-norm transformer layers (multi-head self-attention with a causal mask, a GELU
+// feed-forward) and its final layer norm (nn::transformer_encoder), and a head to the
+// vocabulary, trained by cross_entropy + AdamW with a warm-up and a cosine learning rate to
+// predict each next token of sequences t[i+1] = (t[i] + t[i-1]) mod 16 — a rule that needs the
+// two previous tokens, so attention must look back. Parameters carry torch's names
+// ("encoder.layers.0.self_attn.in_proj_weight"). Self-checking: exits non-zero unless the loss
+// (dropout off) falls below 5 % of its start and the step compiled once.
 #include <xtpu/xtpu.hpp>
 
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -18,18 +18,16 @@ constexpr std::size_t vocab = 16, seq = 16, batch = 8, dim = 32, heads = 4;
 struct language_model {
   xtpu::nn::embedding<vocab, dim> tok;
   xtpu::nn::embedding<seq, dim> pos;
-  std::array<xtpu::nn::transformer_block<dim, heads>, 2> blocks;
-  xtpu::nn::layer_norm_module<dim> norm;
+  xtpu::nn::transformer_encoder<2, dim, heads> encoder;  // torch.nn.TransformerEncoder(layer, 2, norm=LayerNorm(dim))
   xtpu::nn::linear<dim, vocab> head;
 
   template <class Ids>  // ids (batch, seq) int32 -> logits (batch, seq, vocab)
   auto operator()(const Ids& ids) const {
     xtpu::tensor<float, batch, seq, dim> h = tok(ids) + pos(xtpu::iota<std::int32_t, seq>());
-    for (const auto& block : blocks) h = block(h, xtpu::nn::causal);
-    return head(norm(h));
+    return head(encoder(h, xtpu::nn::causal));
   }
 };
-BOOST_HANA_ADAPT_STRUCT(language_model, tok, pos, blocks, norm, head);
+BOOST_HANA_ADAPT_STRUCT(language_model, tok, pos, encoder, head);
 
 int main() {
   // sequence b starts (b, 2b + 1); each next token the sum of the two before, mod 16
@@ -51,7 +49,7 @@ int main() {
   std::printf("%zu parameters in %zu tensors; the first attention's: ", xtpu::nn::parameter_count_v<language_model>,
               xtpu::nn::parameter_tensors_v<language_model>);
   xtpu::nn::for_each_parameter(m, [](const std::string& name, auto&) {
-    if (name.starts_with("blocks.0.self_attn")) std::printf("%s ", name.c_str());
+    if (name.starts_with("encoder.layers.0.self_attn")) std::printf("%s ", name.c_str());
   });
   std::printf("\n");
   xtpu::optim::adamw opt(m, {.lr = 3e-3f, .weight_decay = 0.01f});
@@ -73,7 +71,7 @@ int main() {
     }
   }
   const bool compiled_once = xtpu::metrics::counter("UncachedCompile") == compiles_after_warmup;
-  xtpu::nn::eval(m);  // every dropout of every block off
+  xtpu::nn::eval(m);  // every dropout of every layer off
   const float eval_loss = xtpu::nn::cross_entropy(m(x), y).item();
   const bool learned = eval_loss < 0.05f * first;
   std::printf("eval loss (dropout off) %.6f: %.3g -> %.3g (%s); compiles after warm-up: %s\n", static_cast<double>(eval_loss),

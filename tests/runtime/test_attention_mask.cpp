@@ -322,4 +322,68 @@ TEST(AttentionMask, APaddingPositionChangesNoOtherOutputOfABlock) {
   }
 }
 
+struct seq2seq_model {  // torch.nn.Transformer(8, 2, 2, 2, 12, batch_first=True, norm_first=True)
+  BOOST_HANA_DEFINE_STRUCT(seq2seq_model, (xtpu::nn::transformer<2, 2, D, H, F, float, highest>, t));
+};
+
+TEST(TransformerStacks, TorchNamesAndEachLayerInTurnThenTheNorm) {
+  using xtpu::nn::causal, xtpu::nn::key_padding;
+  // torch.nn.Transformer(...).state_dict().keys(): 12 per encoder layer, 18 per decoder layer
+  const auto names = xtpu::nn::parameter_names<seq2seq_model>();
+  ASSERT_EQ(names.size(), 2 * 12 + 2 + 2 * 18 + 2);
+  EXPECT_EQ(xtpu::nn::parameter_tensors_v<seq2seq_model>, names.size());
+  EXPECT_EQ(names[0], "t.encoder.layers.0.self_attn.in_proj_weight");
+  EXPECT_EQ(names[12], "t.encoder.layers.1.self_attn.in_proj_weight");
+  EXPECT_EQ(names[24], "t.encoder.norm.weight");
+  EXPECT_EQ(names[26], "t.decoder.layers.0.self_attn.in_proj_weight");
+  EXPECT_EQ(names[26 + 18 + 4], "t.decoder.layers.1.multihead_attn.in_proj_weight");
+  EXPECT_EQ(names.back(), "t.decoder.norm.bias");
+  seq2seq_model m = xtpu::nn::init<seq2seq_model>(8);
+  xtpu::nn::eval(m);
+  const auto& enc = m.t.encoder;
+  const auto& dec = m.t.decoder;
+  m.t.encoder.norm.weight = device<float, D>(values(D, 50, 2.0f));  // norms that are not the identity
+  m.t.decoder.norm.bias = device<float, D>(values(D, 51));
+  constexpr std::size_t SM = 7;
+  const auto src = device<float, B, SM, D>(values(B * SM * D, 52));
+  const auto tgt = device<float, B, S, D>(values(B * S * D, 53));
+  std::vector<float> spv(B * SM, 0.0f), tpv(B * S, 0.0f);
+  spv[SM + 6] = 1.0f, tpv[S - 1] = 1.0f;
+  const tensor<bool, B, SM> sp = device<float, B, SM>(spv) > 0.5f;
+  const tensor<bool, B, S> tp = device<float, B, S>(tpv) > 0.5f;
+  // the stacks
+  const tensor<float, B, S, D> whole = m.t(src, tgt, causal);
+  const tensor<float, B, S, D> plain = m.t(src, tgt);
+  const tensor<float, B, SM, D> memory = enc(src, key_padding(sp));
+  const tensor<float, B, S, D> padded = dec(tgt, causal, key_padding(tp), memory, key_padding(sp));
+  // their layers by hand
+  tensor<float, B, SM, D> e = enc.layers[0](src);
+  e = enc.layers[1](e);
+  const tensor<float, B, SM, D> e_out = enc.norm(e);
+  tensor<float, B, S, D> d = dec.layers[0](tgt, causal, e_out);
+  d = dec.layers[1](d, causal, e_out);
+  const tensor<float, B, S, D> want_whole = dec.norm(d);
+  d = dec.layers[0](tgt, e_out);
+  d = dec.layers[1](d, e_out);
+  const tensor<float, B, S, D> want_plain = dec.norm(d);
+  e = enc.layers[0](src, key_padding(sp));
+  e = enc.layers[1](e, key_padding(sp));
+  const tensor<float, B, SM, D> want_memory = enc.norm(e);
+  d = dec.layers[0](tgt, causal, key_padding(tp), want_memory, key_padding(sp));
+  d = dec.layers[1](d, causal, key_padding(tp), want_memory, key_padding(sp));
+  const tensor<float, B, S, D> want_padded = dec.norm(d);
+  // no layers: the norm alone (torch's num_layers=0)
+  const auto none = xtpu::nn::init<xtpu::nn::transformer_encoder<0, D, H, F, float, highest>>(9);
+  const tensor<float, B, S, D> normed = none(tgt), want_normed = none.norm(tgt);
+  xtpu::mark_step();
+  EXPECT_EQ(host(whole), host(want_whole));
+  EXPECT_EQ(host(plain), host(want_plain));
+  EXPECT_EQ(host(memory), host(want_memory));
+  EXPECT_EQ(host(padded), host(want_padded));
+  EXPECT_EQ(host(normed), host(want_normed));
+  EXPECT_NE(host(whole), host(plain));  // the causal mask reached the decoder
+  EXPECT_NE(host(memory), host(e_out));  // and the padding the encoder
+  EXPECT_EQ(xtpu::nn::parameter_names<decltype(none)>(), (std::vector<std::string>{"norm.weight", "norm.bias"}));
+}
+
 }  // namespace

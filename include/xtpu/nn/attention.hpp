@@ -42,6 +42,18 @@
 //       memory)), then + dropout3(linear2(dropout(gelu(linear1(norm3(·)))))); dropouts p 0.1.
 //       dec(x, memory): the self-attention's masks (nn::causal, key_padding(pad)) before
 //       memory, the memory's padding mask (key_padding(memory_pad)) after it.
+//   transformer_encoder<Layers, D, Heads, Ffn = 4 D, T = float, Prec>   torch.nn.
+//       TransformerEncoder of Layers such blocks with norm = LayerNorm(D): `layers` (a std::array
+//       of transformer_block) then `norm`, torch's names (layers.0.self_attn.in_proj_weight);
+//       enc(x) and the block's masks, the same masks in every layer. Layers 0: norm(x).
+//   transformer_decoder<Layers, D, Heads, Ffn = 4 D, T = float, Prec>   torch.nn.
+//       TransformerDecoder of decoder_blocks with its norm, as the encoder: dec(x, memory) and
+//       the decoder_block's masks, every layer reading the same memory.
+//   transformer<EncoderLayers, DecoderLayers, D, Heads, Ffn = 4 D, T = float, Prec>   torch.
+//       nn.Transformer (batch_first, norm_first, GELU): `encoder` and `decoder`, torch's names;
+//       t(src, tgt) and t(src, tgt, nn::causal) (torch's tgt_mask of
+//       generate_square_subsequent_mask); with padding masks, t.decoder(tgt, ..., t.encoder(src,
+//       ...), ...).
 // Each step of attention is one statement (the heads, the masks' bias, the scores, the
 // softmax, the weighted values, the heads joined), so its gradient rules stay one statement
 // deep and the products read their operands in place.
@@ -55,6 +67,7 @@
 // xtpu::error for a drop whose p is outside [0, 1] or NaN, naming it (nothing recorded).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -486,6 +499,148 @@ struct decoder_block {
         [&](const auto&... m) { return detail::attention_residual(x, norm1, self_attn, dropout1, m...); }, self_masks);
     const auto c = detail::attention_residual(h, norm2, multihead_attn, dropout2, memory, memory_mask...);
     return detail::feed_forward(c, norm3, linear1, dropout, linear2, dropout3);
+  }
+};
+
+
+/// A stack of Layers pre-norm encoder layers and a final layer norm: torch.nn.TransformerEncoder
+/// (its layer a transformer_block's, Layers, norm = LayerNorm(D)) and its names
+/// (layers.0.self_attn.in_proj_weight, norm.weight). Every layer takes the same masks.
+template <std::size_t Layers, std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float,
+          precision Prec = precision::default_>
+struct transformer_encoder {
+  BOOST_HANA_DEFINE_STRUCT(transformer_encoder, (std::array<transformer_block<D, Heads, Ffn, T, Prec>, Layers>, layers),
+                           (layer_norm_module<D, T>, norm));
+
+  // x (S, D) or (B, S, D) -> x's shape; the masks as transformer_block's
+  template <class X>
+  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x);
+  }
+  template <class X>
+  auto operator()(const X& x, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, causal);
+  }
+  template <class X, class Pad>
+  auto operator()(const X& x, const key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, pad);
+  }
+  template <class X, class Pad>
+  auto operator()(const X& x, causal_t, const key_padding_t<Pad>& pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, causal, pad);
+  }
+
+ private:
+  template <class X, class... Masks>
+  auto stack(const X& x, const Masks&... masks) const {
+    if constexpr (Layers == 0) {
+      return norm(x);
+    } else {
+      auto h = layers[0](x, masks...);  // a tensor of x's shape: each next layer's input
+      for (std::size_t i = 1; i < Layers; ++i) h = layers[i](h, masks...);
+      return norm(h);
+    }
+  }
+};
+
+/// A stack of Layers pre-norm decoder layers and a final layer norm: torch.nn.TransformerDecoder
+/// (its layer a decoder_block's, Layers, norm = LayerNorm(D)) and its names
+/// (layers.0.multihead_attn.in_proj_weight, norm.weight). Every layer reads the same memory
+/// and takes the same masks.
+template <std::size_t Layers, std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float,
+          precision Prec = precision::default_>
+struct transformer_decoder {
+  BOOST_HANA_DEFINE_STRUCT(transformer_decoder, (std::array<decoder_block<D, Heads, Ffn, T, Prec>, Layers>, layers),
+                           (layer_norm_module<D, T>, norm));
+
+  // x (B, Sq, D), memory (B, Sk, D) -> x's shape; the masks as decoder_block's: self-attention's
+  // before memory, the memory's padding after it
+  template <class X, detail::operand M>
+  auto operator()(const X& x, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, memory);
+  }
+  template <class X, detail::operand M, class MP>
+  auto operator()(const X& x, const M& memory, const key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, memory, memory_pad);
+  }
+  template <class X, detail::operand M>
+  auto operator()(const X& x, causal_t, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, causal, memory);
+  }
+  template <class X, detail::operand M, class MP>
+  auto operator()(const X& x, causal_t, const M& memory, const key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, causal, memory, memory_pad);
+  }
+  template <class X, class P, detail::operand M>
+  auto operator()(const X& x, const key_padding_t<P>& pad, const M& memory,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, pad, memory);
+  }
+  template <class X, class P, detail::operand M, class MP>
+  auto operator()(const X& x, const key_padding_t<P>& pad, const M& memory, const key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, pad, memory, memory_pad);
+  }
+  template <class X, class P, detail::operand M>
+  auto operator()(const X& x, causal_t, const key_padding_t<P>& pad, const M& memory,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, causal, pad, memory);
+  }
+  template <class X, class P, detail::operand M, class MP>
+  auto operator()(const X& x, causal_t, const key_padding_t<P>& pad, const M& memory, const key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return stack(x, causal, pad, memory, memory_pad);
+  }
+
+ private:
+  template <class X, class... Args>
+  auto stack(const X& x, const Args&... args) const {
+    if constexpr (Layers == 0) {
+      return norm(x);
+    } else {
+      auto h = layers[0](x, args...);  // a tensor of x's shape: each next layer's input
+      for (std::size_t i = 1; i < Layers; ++i) h = layers[i](h, args...);
+      return norm(h);
+    }
+  }
+};
+
+/// An encoder-decoder transformer: torch.nn.Transformer(D, Heads, EncoderLayers,
+/// DecoderLayers, Ffn, activation = "gelu", batch_first = True, norm_first = True) and its names
+/// (encoder.layers.0..., encoder.norm, decoder.layers.0..., decoder.norm). t(src, tgt) and
+/// t(src, tgt, nn::causal) (torch's tgt_mask = generate_square_subsequent_mask); with padding
+/// masks, call t.encoder and t.decoder: the decoder reads the encoder's output as its memory.
+template <std::size_t EncoderLayers, std::size_t DecoderLayers, std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D,
+          class T = float, precision Prec = precision::default_>
+struct transformer {
+  BOOST_HANA_DEFINE_STRUCT(transformer, (transformer_encoder<EncoderLayers, D, Heads, Ffn, T, Prec>, encoder),
+                           (transformer_decoder<DecoderLayers, D, Heads, Ffn, T, Prec>, decoder));
+
+  // src (B, Ss, D), tgt (B, St, D) -> tgt's shape (src (Ss, D) with tgt (St, D))
+  template <class Src, detail::operand Tgt>
+  auto operator()(const Src& src, const Tgt& tgt, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return decoder(tgt, detail::as_tensor(encoder(src)));
+  }
+  template <class Src, detail::operand Tgt>
+  auto operator()(const Src& src, const Tgt& tgt, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const detail::site_scope site(caller);
+    return decoder(tgt, causal, detail::as_tensor(encoder(src)));
   }
 };
 
