@@ -322,11 +322,11 @@ TEST(AttentionMask, APaddingPositionChangesNoOtherOutputOfABlock) {
   }
 }
 
-struct seq2seq_model {  // torch.nn.Transformer(8, 2, 2, 2, 12, batch_first=True, norm_first=True)
+struct seq2seq_model {  // torch.nn.Transformer(8, 2, 2, 2, 12, activation="gelu", batch_first=True, norm_first=True)
   BOOST_HANA_DEFINE_STRUCT(seq2seq_model, (xtpu::nn::transformer<2, 2, D, H, F, float, highest>, t));
 };
 
-TEST(TransformerStacks, TorchNamesAndEachLayerInTurnThenTheNorm) {
+TEST(TransformerStacks, TorchNamesAndEachLayerInTurnThenTheNormForEveryCall) {
   using xtpu::nn::causal, xtpu::nn::key_padding;
   // torch.nn.Transformer(...).state_dict().keys(): 12 per encoder layer, 18 per decoder layer
   const auto names = xtpu::nn::parameter_names<seq2seq_model>();
@@ -351,38 +351,52 @@ TEST(TransformerStacks, TorchNamesAndEachLayerInTurnThenTheNorm) {
   spv[SM + 6] = 1.0f, tpv[S - 1] = 1.0f;
   const tensor<bool, B, SM> sp = device<float, B, SM>(spv) > 0.5f;
   const tensor<bool, B, S> tp = device<float, B, S>(tpv) > 0.5f;
-  // the stacks
-  const tensor<float, B, S, D> whole = m.t(src, tgt, causal);
-  const tensor<float, B, S, D> plain = m.t(src, tgt);
-  const tensor<float, B, SM, D> memory = enc(src, key_padding(sp));
-  const tensor<float, B, S, D> padded = dec(tgt, causal, key_padding(tp), memory, key_padding(sp));
-  // their layers by hand
-  tensor<float, B, SM, D> e = enc.layers[0](src);
-  e = enc.layers[1](e);
-  const tensor<float, B, SM, D> e_out = enc.norm(e);
-  tensor<float, B, S, D> d = dec.layers[0](tgt, causal, e_out);
-  d = dec.layers[1](d, causal, e_out);
-  const tensor<float, B, S, D> want_whole = dec.norm(d);
-  d = dec.layers[0](tgt, e_out);
-  d = dec.layers[1](d, e_out);
-  const tensor<float, B, S, D> want_plain = dec.norm(d);
-  e = enc.layers[0](src, key_padding(sp));
-  e = enc.layers[1](e, key_padding(sp));
-  const tensor<float, B, SM, D> want_memory = enc.norm(e);
-  d = dec.layers[0](tgt, causal, key_padding(tp), want_memory, key_padding(sp));
-  d = dec.layers[1](d, causal, key_padding(tp), want_memory, key_padding(sp));
-  const tensor<float, B, S, D> want_padded = dec.norm(d);
+  // each stack's calls, and its layers called by hand with the same arguments, then its norm
+  using out_t = tensor<float, B, S, D>;
+  using memory_t = tensor<float, B, SM, D>;
+  const auto encode = [&](const auto& call) {
+    memory_t h = call(enc.layers[0], src);
+    h = call(enc.layers[1], h);
+    memory_t out = enc.norm(h);
+    return out;
+  };
+  const memory_t memory = enc(src);
+  const memory_t padded_memory = enc(src, key_padding(sp));
+  const auto decode = [&](const auto& call) {
+    out_t h = call(dec.layers[0], tgt);
+    h = call(dec.layers[1], h);
+    out_t out = dec.norm(h);
+    return out;
+  };
+  std::vector<std::pair<memory_t, memory_t>> encoded = {
+      {memory, encode([&](const auto& l, const auto& x) { return l(x); })},
+      {padded_memory, encode([&](const auto& l, const auto& x) { return l(x, key_padding(sp)); })},
+      {enc(src, causal), encode([&](const auto& l, const auto& x) { return l(x, causal); })},
+      {enc(src, causal, key_padding(sp)), encode([&](const auto& l, const auto& x) { return l(x, causal, key_padding(sp)); })}};
+  const auto& mem = memory;
+  std::vector<std::pair<out_t, out_t>> decoded = {
+      {m.t(src, tgt), decode([&](const auto& l, const auto& x) { return l(x, mem); })},
+      {m.t(src, tgt, causal), decode([&](const auto& l, const auto& x) { return l(x, causal, mem); })},
+      {dec(tgt, mem, key_padding(sp)), decode([&](const auto& l, const auto& x) { return l(x, mem, key_padding(sp)); })},
+      {dec(tgt, causal, mem, key_padding(sp)),
+       decode([&](const auto& l, const auto& x) { return l(x, causal, mem, key_padding(sp)); })},
+      {dec(tgt, key_padding(tp), mem), decode([&](const auto& l, const auto& x) { return l(x, key_padding(tp), mem); })},
+      {dec(tgt, key_padding(tp), mem, key_padding(sp)),
+       decode([&](const auto& l, const auto& x) { return l(x, key_padding(tp), mem, key_padding(sp)); })},
+      {dec(tgt, causal, key_padding(tp), mem),
+       decode([&](const auto& l, const auto& x) { return l(x, causal, key_padding(tp), mem); })},
+      {dec(tgt, causal, key_padding(tp), padded_memory, key_padding(sp)),
+       decode([&](const auto& l, const auto& x) { return l(x, causal, key_padding(tp), padded_memory, key_padding(sp)); })}};
   // no layers: the norm alone (torch's num_layers=0)
   const auto none = xtpu::nn::init<xtpu::nn::transformer_encoder<0, D, H, F, float, highest>>(9);
   const tensor<float, B, S, D> normed = none(tgt), want_normed = none.norm(tgt);
   xtpu::mark_step();
-  EXPECT_EQ(host(whole), host(want_whole));
-  EXPECT_EQ(host(plain), host(want_plain));
-  EXPECT_EQ(host(memory), host(want_memory));
-  EXPECT_EQ(host(padded), host(want_padded));
+  for (std::size_t i = 0; i < encoded.size(); ++i) EXPECT_EQ(host(encoded[i].first), host(encoded[i].second)) << "encoder call " << i;
+  for (std::size_t i = 0; i < decoded.size(); ++i) EXPECT_EQ(host(decoded[i].first), host(decoded[i].second)) << "decoder call " << i;
   EXPECT_EQ(host(normed), host(want_normed));
-  EXPECT_NE(host(whole), host(plain));  // the causal mask reached the decoder
-  EXPECT_NE(host(memory), host(e_out));  // and the padding the encoder
+  // each mask reached the layers: every call differs from the one without it
+  for (std::size_t i = 1; i < encoded.size(); ++i) EXPECT_NE(host(encoded[i].first), host(encoded[0].first)) << "encoder call " << i;
+  for (std::size_t i = 1; i < decoded.size(); ++i) EXPECT_NE(host(decoded[i].first), host(decoded[0].first)) << "decoder call " << i;
   EXPECT_EQ(xtpu::nn::parameter_names<decltype(none)>(), (std::vector<std::string>{"norm.weight", "norm.bias"}));
 }
 

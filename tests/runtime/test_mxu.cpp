@@ -96,8 +96,11 @@ TEST(Mxu, EveryPathAndThreadCountIsBitIdenticalToTheReference) {
     if (trial == 0) M = N = K = 1;
     if (trial == 1) K = 1;
     if (trial == 2) K = 513;  // odd, across a k block
-    if (trial == 3) M = 128;  // a second row block ending 2 rows short of an AVX2 tile
-    if (trial == 4) M = 124;  // 4 rows short of an AVX-512 tile, and of an AVX2 one
+    // rows past the last whole tile (small-rows kernels), over whole and partial panels, two
+    // k blocks and two threads' shares: M 128 is 2 rows past an AVX2 tile (in a second row
+    // block), 124 is 4 rows past one and past an AVX-512 one
+    if (trial == 3) M = 128, N = 70, K = 300;
+    if (trial == 4) M = 124, N = 70, K = 300;
     const auto a = random_matrix(M * K, rng, trial % 3 == 0), b = random_matrix(K * N, rng, trial % 4 == 0);
     const auto want = reference(a, b, M, N, K);
     for (isa p : paths())

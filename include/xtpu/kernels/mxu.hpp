@@ -92,8 +92,9 @@ constexpr std::size_t pair_order(std::size_t t, std::size_t kc) noexcept {
   return s < kc ? s : t;
 }
 
-/// Blocks of at most this many rows run the FMA paths' small-rows kernels (every row of the
-/// tile useful) rather than a 12- or 6-row tile.
+/// Blocks of at most this many rows, and a block's last rows past its whole tiles when there
+/// are at most this many, run the FMA paths' small-rows kernels (every row of the tile useful)
+/// rather than a 12- or 6-row tile.
 inline constexpr std::size_t small_rows_max = 5;
 
 struct blocking {
@@ -404,9 +405,8 @@ inline void convert_run(isa path, const matrix_view& v, std::size_t base, std::s
 }
 
 /// Asks for the cache lines of n elements (`bytes` each) from element i of src at L2, ahead of
-/// their use: a packing loop's next band of rows. Without it each band's conversions waited on
-/// their source lines (a weight the last step wrote, out of L2): B packing was 8 % of an AVX2
-/// MLP step, 4.4 % with it (perf, Zen 5).
+/// their use: a packing loop's next band of rows, whose conversions otherwise wait on each
+/// source line (a weight the last step wrote, out of L2; docs/mxu.md has the figures).
 inline void prefetch_run(const void* src, std::size_t bytes, std::size_t i, std::size_t n) noexcept {
   const char* p = static_cast<const char*>(src) + i * bytes;
   for (std::size_t o = 0; o < n * bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
@@ -420,7 +420,7 @@ inline void prefetch_run(const void* src, std::size_t bytes, std::size_t i, std:
 // rows are written as one run: row by row across every panel put each row's writes in one
 // L1 set, 3x slower with 16-wide panels (measured). A macro, not a function taking a lambda:
 // a lambda does not inherit its function's target("avx2"/"avx512f"), so the row body would be
-// a call per row. It reads the enclosing function's lds, p0, kc, nc, nr, pstride and out, and
+// a call per row. It reads the enclosing function's src, lds, p0, kc, nc, nr, pstride and out, and
 // gives ROW i (the row's first source element), n (values in this panel) and dst; BYTES is
 // a source element's size. The band after this one is prefetched as this one is read.
 #define XTPU_ROWS_TO_PANELS(BYTES, ROW)                                                         \

@@ -1,6 +1,6 @@
-// xtpu/nn/attention.hpp — scaled dot-product attention, multi-head self- and cross-attention
-// and a pre-norm transformer block, with causal and padding masks made by `where` (no dynamic
-// shapes).
+// xtpu/nn/attention.hpp — scaled dot-product attention, multi-head self- and cross-attention,
+// pre-norm transformer encoder and decoder layers, their stacks and the whole encoder-decoder,
+// with causal and padding masks made by `where` (no dynamic shapes).
 //
 // Provides:
 //   scaled_dot_product_attention<Prec>(q, k, v[, causal][, mask][, drop])
@@ -48,7 +48,11 @@
 //       enc(x) and the block's masks, the same masks in every layer. Layers 0: norm(x).
 //   transformer_decoder<Layers, D, Heads, Ffn = 4 D, T = float, Prec>   torch.nn.
 //       TransformerDecoder of decoder_blocks with its norm, as the encoder: dec(x, memory) and
-//       the decoder_block's masks, every layer reading the same memory.
+//       the decoder_block's masks, every layer reading the same memory. Layers 0: norm(x), the
+//       memory and masks unread (and unchecked: no E114/E116 from them).
+//   Each layer of a stack is initialised on its own, as a block is (torch's stacks copy one
+//   layer, and nn.Transformer redraws every matrix xavier-uniform: the same shapes and names,
+//   not torch's initial values).
 //   transformer<EncoderLayers, DecoderLayers, D, Heads, Ffn = 4 D, T = float, Prec>   torch.
 //       nn.Transformer (batch_first, norm_first, GELU): `encoder` and `decoder`, torch's names;
 //       t(src, tgt) and t(src, tgt, nn::causal) (torch's tgt_mask of
@@ -379,6 +383,110 @@ auto feed_forward(const H& h, const Norm& norm, const Linear1& linear1, const nn
                   const nn::dropout_module& out_drop) {
   return as_tensor(h + out_drop(linear2(drop(xtpu::gelu(linear1(norm(h)))))));
 }
+/// A stack's forward: each of `layers` (a std::array) in turn from x, call(layer, input)
+/// running one, then norm; no layers: norm(x). Each layer's output is a tensor of x's shape,
+/// the next one's input.
+template <class Layers, class Norm, class X, class Call>
+auto run_stack(const Layers& layers, const Norm& norm, const X& x, const Call& call) {
+  if constexpr (std::tuple_size_v<Layers> == 0) {
+    return norm(x);
+  } else {
+    auto h = call(layers[0], x);
+    for (std::size_t i = 1; i < layers.size(); ++i) h = call(layers[i], h);
+    return norm(h);
+  }
+}
+
+/// The calls of a module that runs self-attention over x (transformer_block, transformer_
+/// encoder): x and the masks — none, nn::causal, key_padding(pad), both — each naming the
+/// caller's line for what it records; Module::run(x, masks...) (a friend) does the work.
+template <class Module>
+struct self_attention_calls {
+  // x (S, D) or (B, S, D) -> x's shape; pad bool (B, S) (x (S, D): (S)), true at a padding position
+  template <class X>
+  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x);
+  }
+  template <class X>
+  auto operator()(const X& x, nn::causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, nn::causal);
+  }
+  template <class X, class Pad>
+  auto operator()(const X& x, const nn::key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, pad);
+  }
+  template <class X, class Pad>
+  auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<Pad>& pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, nn::causal, pad);
+  }
+
+ private:
+  const Module& self() const noexcept { return static_cast<const Module&>(*this); }
+};
+
+/// The calls of a module that runs self-attention over x, then attention to a memory
+/// (decoder_block, transformer_decoder): the self-attention's masks before memory
+/// (nn::causal, key_padding(pad) with pad (B, Sq)), the memory's padding mask after it
+/// (key_padding(pad) with pad (B, Sk)), each call naming the caller's line;
+/// Module::run(x, self_masks (a tuple), memory, memory_mask...) (a friend) does the work.
+template <class Module>
+struct memory_attention_calls {
+  // x (B, Sq, D), memory (B, Sk, D) -> x's shape (x (Sq, D) with memory (Sk, D))
+  template <class X, operand M>
+  auto operator()(const X& x, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, std::forward_as_tuple(), memory);
+  }
+  template <class X, operand M, class MP>
+  auto operator()(const X& x, const M& memory, const nn::key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, std::forward_as_tuple(), memory, memory_pad);
+  }
+  template <class X, operand M>
+  auto operator()(const X& x, nn::causal_t, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, std::forward_as_tuple(nn::causal), memory);
+  }
+  template <class X, operand M, class MP>
+  auto operator()(const X& x, nn::causal_t, const M& memory, const nn::key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, std::forward_as_tuple(nn::causal), memory, memory_pad);
+  }
+  template <class X, class P, operand M>
+  auto operator()(const X& x, const nn::key_padding_t<P>& pad, const M& memory,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, std::forward_as_tuple(pad), memory);
+  }
+  template <class X, class P, operand M, class MP>
+  auto operator()(const X& x, const nn::key_padding_t<P>& pad, const M& memory, const nn::key_padding_t<MP>& memory_pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, std::forward_as_tuple(pad), memory, memory_pad);
+  }
+  template <class X, class P, operand M>
+  auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<P>& pad, const M& memory,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, std::forward_as_tuple(nn::causal, pad), memory);
+  }
+  template <class X, class P, operand M, class MP>
+  auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<P>& pad, const M& memory,
+                  const nn::key_padding_t<MP>& memory_pad, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().run(x, std::forward_as_tuple(nn::causal, pad), memory, memory_pad);
+  }
+
+ private:
+  const Module& self() const noexcept { return static_cast<const Module&>(*this); }
+};
 }  // namespace xtpu::detail
 
 namespace xtpu::nn {
@@ -386,41 +494,18 @@ namespace xtpu::nn {
 /// A pre-norm transformer encoder layer with GELU (torch.nn.TransformerEncoderLayer with
 /// norm_first=True, activation="gelu", batch_first=True); names as torch's.
 template <std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float, precision Prec = precision::default_>
-struct transformer_block {
+struct transformer_block : detail::self_attention_calls<transformer_block<D, Heads, Ffn, T, Prec>> {
   BOOST_HANA_DEFINE_STRUCT(transformer_block, (multihead_attention<D, Heads, T, Prec>, self_attn), (linear<D, Ffn, T, Prec>, linear1),
                            (dropout_module, dropout), (linear<Ffn, D, T, Prec>, linear2), (layer_norm_module<D, T>, norm1),
                            (layer_norm_module<D, T>, norm2), (dropout_module, dropout1), (dropout_module, dropout2));
 
   transformer_block() { self_attn.dropout.p = dropout.p = dropout1.p = dropout2.p = detail::block_dropout_p; }
 
-  // x (S, D) or (B, S, D) -> x's shape
-  template <class X>
-  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x);
-  }
-  template <class X>
-  auto operator()(const X& x, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, causal);
-  }
-  // pad bool (B, S) (x (S, D): (S)), true at a padding position
-  template <class X, class Pad>
-  auto operator()(const X& x, const key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, pad);
-  }
-  template <class X, class Pad>
-  auto operator()(const X& x, causal_t, const key_padding_t<Pad>& pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, causal, pad);
-  }
-
  private:
+  friend detail::self_attention_calls<transformer_block>;
   /// The layer, self_attn given the masks.
   template <class X, class... Masks>
-  auto layer(const X& x, const Masks&... masks) const {
+  auto run(const X& x, const Masks&... masks) const {
     const auto h = detail::attention_residual(x, norm1, self_attn, dropout1, masks...);
     return detail::feed_forward(h, norm2, linear1, dropout, linear2, dropout2);
   }
@@ -429,7 +514,7 @@ struct transformer_block {
 /// A pre-norm transformer decoder layer with GELU (torch.nn.TransformerDecoderLayer with
 /// norm_first=True, activation="gelu", batch_first=True); names as torch's.
 template <std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float, precision Prec = precision::default_>
-struct decoder_block {
+struct decoder_block : detail::memory_attention_calls<decoder_block<D, Heads, Ffn, T, Prec>> {
   BOOST_HANA_DEFINE_STRUCT(decoder_block, (multihead_attention<D, Heads, T, Prec>, self_attn),
                            (multihead_attention<D, Heads, T, Prec>, multihead_attn), (linear<D, Ffn, T, Prec>, linear1),
                            (dropout_module, dropout), (linear<Ffn, D, T, Prec>, linear2), (layer_norm_module<D, T>, norm1),
@@ -440,61 +525,12 @@ struct decoder_block {
     self_attn.dropout.p = multihead_attn.dropout.p = dropout.p = dropout1.p = dropout2.p = dropout3.p = detail::block_dropout_p;
   }
 
-  // x (B, Sq, D), memory (B, Sk, D) -> x's shape (x (Sq, D) with memory (Sk, D)); the masks
-  // before memory are self-attention's (nn::causal, key_padding(pad) with pad (B, Sq)), the one
-  // after it the memory's (key_padding(pad) with pad (B, Sk))
-  template <class X, detail::operand M>
-  auto operator()(const X& x, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, std::forward_as_tuple(), memory);
-  }
-  template <class X, detail::operand M, class MP>
-  auto operator()(const X& x, const M& memory, const key_padding_t<MP>& memory_pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, std::forward_as_tuple(), memory, memory_pad);
-  }
-  template <class X, detail::operand M>
-  auto operator()(const X& x, causal_t, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, std::forward_as_tuple(causal), memory);
-  }
-  template <class X, detail::operand M, class MP>
-  auto operator()(const X& x, causal_t, const M& memory, const key_padding_t<MP>& memory_pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, std::forward_as_tuple(causal), memory, memory_pad);
-  }
-  template <class X, class P, detail::operand M>
-  auto operator()(const X& x, const key_padding_t<P>& pad, const M& memory,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, std::forward_as_tuple(pad), memory);
-  }
-  template <class X, class P, detail::operand M, class MP>
-  auto operator()(const X& x, const key_padding_t<P>& pad, const M& memory, const key_padding_t<MP>& memory_pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, std::forward_as_tuple(pad), memory, memory_pad);
-  }
-  template <class X, class P, detail::operand M>
-  auto operator()(const X& x, causal_t, const key_padding_t<P>& pad, const M& memory,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, std::forward_as_tuple(causal, pad), memory);
-  }
-  template <class X, class P, detail::operand M, class MP>
-  auto operator()(const X& x, causal_t, const key_padding_t<P>& pad, const M& memory, const key_padding_t<MP>& memory_pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return layer(x, std::forward_as_tuple(causal, pad), memory, memory_pad);
-  }
-
  private:
+  friend detail::memory_attention_calls<decoder_block>;
   /// The layer: self_attn given the masks in the tuple SelfMasks, multihead_attn given memory
   /// and its padding mask, if any.
   template <class X, class SelfMasks, class M, class... MemoryMask>
-  auto layer(const X& x, const SelfMasks& self_masks, const M& memory, const MemoryMask&... memory_mask) const {
+  auto run(const X& x, const SelfMasks& self_masks, const M& memory, const MemoryMask&... memory_mask) const {
     const auto h = std::apply(
         [&](const auto&... m) { return detail::attention_residual(x, norm1, self_attn, dropout1, m...); }, self_masks);
     const auto c = detail::attention_residual(h, norm2, multihead_attn, dropout2, memory, memory_mask...);
@@ -502,49 +538,21 @@ struct decoder_block {
   }
 };
 
-
 /// A stack of Layers pre-norm encoder layers and a final layer norm: torch.nn.TransformerEncoder
 /// (its layer a transformer_block's, Layers, norm = LayerNorm(D)) and its names
 /// (layers.0.self_attn.in_proj_weight, norm.weight). Every layer takes the same masks.
 template <std::size_t Layers, std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float,
           precision Prec = precision::default_>
-struct transformer_encoder {
+struct transformer_encoder : detail::self_attention_calls<transformer_encoder<Layers, D, Heads, Ffn, T, Prec>> {
   BOOST_HANA_DEFINE_STRUCT(transformer_encoder, (std::array<transformer_block<D, Heads, Ffn, T, Prec>, Layers>, layers),
                            (layer_norm_module<D, T>, norm));
 
-  // x (S, D) or (B, S, D) -> x's shape; the masks as transformer_block's
-  template <class X>
-  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x);
-  }
-  template <class X>
-  auto operator()(const X& x, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, causal);
-  }
-  template <class X, class Pad>
-  auto operator()(const X& x, const key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, pad);
-  }
-  template <class X, class Pad>
-  auto operator()(const X& x, causal_t, const key_padding_t<Pad>& pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, causal, pad);
-  }
-
  private:
+  friend detail::self_attention_calls<transformer_encoder>;
+  /// Each layer in turn, given the masks, then the norm.
   template <class X, class... Masks>
-  auto stack(const X& x, const Masks&... masks) const {
-    if constexpr (Layers == 0) {
-      return norm(x);
-    } else {
-      auto h = layers[0](x, masks...);  // a tensor of x's shape: each next layer's input
-      for (std::size_t i = 1; i < Layers; ++i) h = layers[i](h, masks...);
-      return norm(h);
-    }
+  auto run(const X& x, const Masks&... masks) const {
+    return detail::run_stack(layers, norm, x, [&](const auto& layer, const auto& in) { return layer(in, masks...); });
   }
 };
 
@@ -554,69 +562,18 @@ struct transformer_encoder {
 /// and takes the same masks.
 template <std::size_t Layers, std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float,
           precision Prec = precision::default_>
-struct transformer_decoder {
+struct transformer_decoder : detail::memory_attention_calls<transformer_decoder<Layers, D, Heads, Ffn, T, Prec>> {
   BOOST_HANA_DEFINE_STRUCT(transformer_decoder, (std::array<decoder_block<D, Heads, Ffn, T, Prec>, Layers>, layers),
                            (layer_norm_module<D, T>, norm));
 
-  // x (B, Sq, D), memory (B, Sk, D) -> x's shape; the masks as decoder_block's: self-attention's
-  // before memory, the memory's padding after it
-  template <class X, detail::operand M>
-  auto operator()(const X& x, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, memory);
-  }
-  template <class X, detail::operand M, class MP>
-  auto operator()(const X& x, const M& memory, const key_padding_t<MP>& memory_pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, memory, memory_pad);
-  }
-  template <class X, detail::operand M>
-  auto operator()(const X& x, causal_t, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, causal, memory);
-  }
-  template <class X, detail::operand M, class MP>
-  auto operator()(const X& x, causal_t, const M& memory, const key_padding_t<MP>& memory_pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, causal, memory, memory_pad);
-  }
-  template <class X, class P, detail::operand M>
-  auto operator()(const X& x, const key_padding_t<P>& pad, const M& memory,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, pad, memory);
-  }
-  template <class X, class P, detail::operand M, class MP>
-  auto operator()(const X& x, const key_padding_t<P>& pad, const M& memory, const key_padding_t<MP>& memory_pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, pad, memory, memory_pad);
-  }
-  template <class X, class P, detail::operand M>
-  auto operator()(const X& x, causal_t, const key_padding_t<P>& pad, const M& memory,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, causal, pad, memory);
-  }
-  template <class X, class P, detail::operand M, class MP>
-  auto operator()(const X& x, causal_t, const key_padding_t<P>& pad, const M& memory, const key_padding_t<MP>& memory_pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return stack(x, causal, pad, memory, memory_pad);
-  }
-
  private:
-  template <class X, class... Args>
-  auto stack(const X& x, const Args&... args) const {
-    if constexpr (Layers == 0) {
-      return norm(x);
-    } else {
-      auto h = layers[0](x, args...);  // a tensor of x's shape: each next layer's input
-      for (std::size_t i = 1; i < Layers; ++i) h = layers[i](h, args...);
-      return norm(h);
-    }
+  friend detail::memory_attention_calls<transformer_decoder>;
+  /// Each layer in turn, given the masks and the memory, then the norm.
+  template <class X, class SelfMasks, class M, class... MemoryMask>
+  auto run(const X& x, const SelfMasks& self_masks, const M& memory, const MemoryMask&... memory_mask) const {
+    return detail::run_stack(layers, norm, x, [&](const auto& layer, const auto& in) {
+      return std::apply([&](const auto&... m) { return layer(in, m..., memory, memory_mask...); }, self_masks);
+    });
   }
 };
 
