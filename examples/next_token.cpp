@@ -1,11 +1,15 @@
 // A next-token model, the feed-forward half of a transformer: an embedding, a pre-norm
 // residual block x + dropout(fc2(gelu_tanh(fc1(ln(x))))), an RMS norm and a head to the
 // vocabulary, trained by cross_entropy + AdamW to predict the next token of a fixed sequence.
-// Parameters are found and named by reflection ("ffn.ln.weight"); the norm's eps and the
-// dropout's seed are run-time scalars. Self-checking: exits non-zero unless the loss (dropout
-// off) falls below 5 % of its start and the step compiled once.
+// The embedding has torch's max_norm: each call first rescales the rows it reads to a norm of
+// at most 4 (they start near 5.7). Parameters are found and named by reflection
+// ("ffn.ln.weight"); the norm's eps and the dropout's seed are run-time scalars.
+// Self-checking: exits non-zero unless the loss (dropout off) falls below 5 % of its start, the
+// step compiled once, and after the last call every row read has a norm of at most 4.
 #include <xtpu/xtpu.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -27,7 +31,8 @@ struct block {
 BOOST_HANA_ADAPT_STRUCT(block, ln, fc1, fc2, drop);
 
 struct model {
-  xtpu::nn::embedding<vocab, dim> tok;
+  // Embedding(vocab, dim, max_norm=4.0): the type says the table rescales itself
+  xtpu::nn::embedding<vocab, dim, float, xtpu::nn::with_max_norm> tok{xtpu::nn::max_norm(4.0f)};
   block ffn;
   xtpu::nn::rms_norm_module<dim> norm;
   xtpu::nn::linear<dim, vocab> head;
@@ -77,5 +82,18 @@ int main() {
   const bool learned = eval_loss < 0.05f * first;
   std::printf("loss %.3g -> %.3g (%s); compiles after warm-up: %s\n", static_cast<double>(first),
               static_cast<double>(eval_loss), learned ? "learned" : "NOT learned", compiled_once ? "none" : "SOME");
-  return learned && compiled_once ? 0 : 1;
+  // the evaluation's call rescaled the rows it read, after the last update: all within max_norm
+  const auto w = m.tok.weight.to_host();
+  double largest = 0;
+  for (const std::int32_t id : now) {
+    double sq = 0;
+    for (std::size_t c = 0; c < dim; ++c) {
+      const double v = w(static_cast<std::size_t>(id), c);
+      sq += v * v;
+    }
+    largest = std::max(largest, std::sqrt(sq));
+  }
+  const bool capped = largest <= 4.0 * (1 + 1e-5);
+  std::printf("largest norm of a row read: %.6f (max_norm 4: %s)\n", largest, capped ? "within" : "ABOVE");
+  return learned && compiled_once && capped ? 0 : 1;
 }

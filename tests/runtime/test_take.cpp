@@ -2,7 +2,10 @@
 // 0), a bf16 x, the gradient (a scatter-add: repeated indices summed) against float64 sums, a
 // bf16 scatter-add summed in f32, a scatter-add's own gradient (a take), the same bits at 1 and
 // 2 threads, the embedding module's name, init and backward, its padding_idx (zeros at init,
-// read, no gradient, an error out of range). gather<Axis>(x, indices)
+// read, no gradient, an error out of range), its max_norm (the rows read rescaled in place as
+// torch's embedding_renorm_ does, for norm types 2, 1, 3 and infinity, the lookup and the
+// gradient seeing the new rows, discard_step putting the weight back, the errors, a max_norm
+// set on an embedding without with_max_norm). gather<Axis>(x, indices)
 // (torch.gather): values per position on every axis, its gradient (a scatter along the axis,
 // repeated indices summed in order) against float64 sums, the scatter's own gradient (a
 // gather), the same bits at 1 and 2 threads, and a label's log-probability picked by gather
@@ -255,11 +258,15 @@ struct lookup {
 struct padded_lookup {
   xtpu::nn::embedding<50, 8> emb{xtpu::nn::padding_idx(-1)};  // row 49, as torch counts from the end
 };
+struct capped_lookup {
+  xtpu::nn::embedding<50, 8, float, xtpu::nn::with_max_norm> emb{xtpu::nn::padding_idx(0), xtpu::nn::max_norm(1.0f)};
+};
 
 }  // namespace
 
 BOOST_HANA_ADAPT_STRUCT(lookup, emb);
 BOOST_HANA_ADAPT_STRUCT(padded_lookup, emb);
+BOOST_HANA_ADAPT_STRUCT(capped_lookup, emb);
 
 namespace {
 
@@ -320,6 +327,111 @@ TEST(Embedding, ThePaddingRowIsZerosAtInitIsReadAndGetsNoGradient) {
   } catch (const xtpu::error& err) {
     EXPECT_NE(std::string(err.what()).find("padding_idx must be in [-50, 50), got 50"), std::string::npos) << err.what();
   }
+}
+
+/// Row r's p-norm (p 0: infinity) in float64.
+double row_norm(const std::vector<double>& w, std::size_t r, double p) {
+  double norm = 0;
+  for (std::size_t c = 0; c < 8; ++c) {
+    const double a = std::abs(w[r * 8 + c]);
+    norm = p == 0 ? std::max(norm, a) : norm + std::pow(a, p);
+  }
+  return p == 0 ? norm : std::pow(norm, 1 / p);
+}
+
+/// torch's embedding_renorm_ on the host, in float64 from the same floats: each row read
+/// whose norm is above m scaled by m / (norm + 1e-7).
+std::vector<double> renormed(std::vector<double> w, const std::vector<std::int32_t>& iv, double m, double p) {
+  for (std::size_t r = 0; r < 50; ++r) {
+    if (std::find(iv.begin(), iv.end(), static_cast<std::int32_t>(r)) == iv.end()) continue;
+    const double norm = row_norm(w, r, p);
+    if (norm > m)
+      for (std::size_t c = 0; c < 8; ++c) w[r * 8 + c] *= m / (norm + 1e-7);
+  }
+  return w;
+}
+
+TEST(Embedding, MaxNormRescalesTheRowsReadInPlaceAndTheLookupAndGradientSeeThem) {
+  capped_lookup m = xtpu::nn::init<capped_lookup>(3);
+  const std::vector<std::int32_t> iv{7, 49, 49, 0, 12, 50};  // 50: out of range, rescales nothing
+  const auto wv = values(50 * 8, 31);
+  const std::vector<double> w0(wv.begin(), wv.end());
+  for (const float p : {2.0f, 1.0f, 3.0f, INFINITY}) {
+    const double pd = std::isinf(p) ? 0.0 : static_cast<double>(p);
+    // max_norm between the smallest and the largest norm of the rows read: some above, some not
+    double lo = INFINITY, hi = 0;
+    for (std::size_t r : {7, 49, 0, 12}) lo = std::min(lo, row_norm(w0, r, pd)), hi = std::max(hi, row_norm(w0, r, pd));
+    const float max_norm = static_cast<float>((lo + hi) / 2);
+    m.emb.weight = device<float, 50, 8>(wv);
+    m.emb.weight.zero_grad();
+    m.emb.max_norm = max_norm;
+    m.emb.norm_type = p;
+    const tensor<float, 2, 3, 8> e = m.emb(ids<2, 3>(iv));
+    tensor<float> loss = xtpu::sum(e * e) * 0.5f;
+    xtpu::backward(loss);
+    xtpu::mark_step();
+    const auto want = renormed(w0, iv, static_cast<double>(max_norm), pd);
+    const auto w = host(m.emb.weight), got = host(e), g = host(m.emb.weight.grad());
+    int scaled = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      scaled += want[i] != w0[i];
+      if (want[i] == w0[i]) EXPECT_EQ(w[i], w0[i]) << "p " << p << ", element " << i << ": a row not rescaled changed";
+      else EXPECT_NEAR(w[i], want[i], 1e-6 * std::abs(want[i])) << "p " << p << ", element " << i;
+    }
+    EXPECT_TRUE(scaled >= 8 && scaled < 4 * 8) << "p " << p << ": " << scaled << " elements rescaled: not some rows read and not others";
+    for (std::size_t j = 0; j < iv.size(); ++j)
+      for (std::size_t c = 0; c < 8; ++c) {
+        const std::size_t r = static_cast<std::size_t>(iv[j]);
+        EXPECT_EQ(got[j * 8 + c], r < 50 ? w[r * 8 + c] : 0.0) << "p " << p << ": the lookup reads the new rows";
+      }
+    for (std::size_t c = 0; c < 8; ++c) {
+      EXPECT_EQ(g[49 * 8 + c], static_cast<double>(static_cast<float>(w[49 * 8 + c]) * 2.0f));  // two uses of the new row
+      EXPECT_EQ(g[7 * 8 + c], w[7 * 8 + c]);
+      EXPECT_EQ(g[0 * 8 + c], 0.0);  // padding_idx 0: read, rescaled, no gradient
+      EXPECT_EQ(g[1 * 8 + c], 0.0);
+    }
+  }
+}
+
+TEST(Embedding, MaxNormsRescalingIsDiscardedWithItsStepAndBadValuesAreErrors) {
+  capped_lookup m = xtpu::nn::init<capped_lookup>(3);
+  const auto wv = values(50 * 8, 31, 0.8f);
+  m.emb.weight = device<float, 50, 8>(wv);
+  xtpu::mark_step();
+  { const tensor<float, 2, 3, 8> e = m.emb(ids<2, 3>({7, 7, 7, 7, 7, 7})); }
+  xtpu::discard_step();
+  const auto w = host(m.emb.weight);
+  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_EQ(w[i], static_cast<double>(wv[i])) << "element " << i;
+  const auto fails = [&](float max_norm, float p, const std::string& message) {
+    m.emb.max_norm = max_norm;
+    m.emb.norm_type = p;
+    try {
+      (void)m.emb(ids<2, 3>({1, 2, 3, 4, 5, 6}));
+      ADD_FAILURE() << "no error for max_norm " << max_norm << ", norm_type " << p;
+    } catch (const xtpu::error& err) {
+      EXPECT_NE(std::string(err.what()).find(message), std::string::npos) << err.what();
+    }
+  };
+  fails(0.0f, 2.0f, "max_norm must be positive and finite, got 0");
+  fails(-1.0f, 2.0f, "max_norm must be positive and finite, got -1");
+  fails(INFINITY, 2.0f, "max_norm must be positive and finite, got inf");
+  fails(NAN, 2.0f, "max_norm must be positive and finite, got nan");
+  fails(1.0f, 0.0f, "norm_type must be positive, got 0");
+  fails(1.0f, -2.0f, "norm_type must be positive, got -2");
+  lookup plain = xtpu::nn::init<lookup>(3);  // an embedding that does not rescale: max_norm set by hand is an error
+  plain.emb.max_norm = 1.0f;
+  try {
+    (void)plain.emb(ids<2, 3>({1, 2, 3, 4, 5, 6}));
+    ADD_FAILURE() << "no error for a max_norm without with_max_norm";
+  } catch (const xtpu::error& err) {
+    EXPECT_NE(std::string(err.what()).find("max_norm 1.000000 is set, but this embedding does not rescale rows: declare it "
+                                           "nn::embedding<Num, Dim, T, nn::with_max_norm>"),
+              std::string::npos)
+        << err.what();
+  }
+  xtpu::mark_step();
+  const auto after = host(m.emb.weight);  // nothing recorded by the calls that failed
+  for (std::size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i], static_cast<double>(wv[i])) << "element " << i;
 }
 
 }  // namespace
