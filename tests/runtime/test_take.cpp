@@ -4,8 +4,8 @@
 // 2 threads, the embedding module's name, init and backward, its padding_idx (zeros at init,
 // read, no gradient, an error out of range), its max_norm (the rows read rescaled in place as
 // torch's embedding_renorm_ does, for norm types 2, 1, 3 and infinity, the lookup and the
-// gradient seeing the new rows, discard_step putting the weight back, the errors, a max_norm
-// set on an embedding without with_max_norm). gather<Axis>(x, indices)
+// gradient seeing the new rows, two calls' gradients summed, a new max_norm and norm_type 1 -> 3
+// compiling nothing, discard_step putting the weight back, the errors). gather<Axis>(x, indices)
 // (torch.gather): values per position on every axis, its gradient (a scatter along the axis,
 // repeated indices summed in order) against float64 sums, the scatter's own gradient (a
 // gather), the same bits at 1 and 2 threads, and a label's log-probability picked by gather
@@ -329,6 +329,9 @@ TEST(Embedding, ThePaddingRowIsZerosAtInitIsReadAndGetsNoGradient) {
   }
 }
 
+template <class M>
+constexpr bool has_max_norm = requires(M m) { m.emb.max_norm; };
+
 /// Row r's p-norm (p 0: infinity) in float64.
 double row_norm(const std::vector<double>& w, std::size_t r, double p) {
   double norm = 0;
@@ -353,23 +356,33 @@ std::vector<double> renormed(std::vector<double> w, const std::vector<std::int32
 
 TEST(Embedding, MaxNormRescalesTheRowsReadInPlaceAndTheLookupAndGradientSeeThem) {
   capped_lookup m = xtpu::nn::init<capped_lookup>(3);
-  const std::vector<std::int32_t> iv{7, 49, 49, 0, 12, 50};  // 50: out of range, rescales nothing
+  // 50 and -3: out of range, rescale nothing (rows 49 and 47, not read, are above max_norm for
+  // every p: a clamped or wrapped id would rescale them); 16 and 12 read twice
+  const std::vector<std::int32_t> iv{7, 16, 16, 0, 12, 50, -3, 12};
   const auto wv = values(50 * 8, 31);
   const std::vector<double> w0(wv.begin(), wv.end());
+  std::int64_t compiles = -1;
   for (const float p : {2.0f, 1.0f, 3.0f, INFINITY}) {
     const double pd = std::isinf(p) ? 0.0 : static_cast<double>(p);
     // max_norm between the smallest and the largest norm of the rows read: some above, some not
     double lo = INFINITY, hi = 0;
-    for (std::size_t r : {7, 49, 0, 12}) lo = std::min(lo, row_norm(w0, r, pd)), hi = std::max(hi, row_norm(w0, r, pd));
+    for (std::size_t r : {7, 16, 0, 12}) lo = std::min(lo, row_norm(w0, r, pd)), hi = std::max(hi, row_norm(w0, r, pd));
     const float max_norm = static_cast<float>((lo + hi) / 2);
+    EXPECT_GT(row_norm(w0, 49, pd), max_norm);
+    EXPECT_GT(row_norm(w0, 47, pd), max_norm);
     m.emb.weight = device<float, 50, 8>(wv);
     m.emb.weight.zero_grad();
     m.emb.max_norm = max_norm;
     m.emb.norm_type = p;
-    const tensor<float, 2, 3, 8> e = m.emb(ids<2, 3>(iv));
+    const tensor<float, 2, 4, 8> e = m.emb(ids<2, 4>(iv));
     tensor<float> loss = xtpu::sum(e * e) * 0.5f;
     xtpu::backward(loss);
     xtpu::mark_step();
+    // p 3 after p 1, with another max_norm: the same graph, no compile
+    if (p == 3.0f) {
+      EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles) << "a new max_norm or p compiled";
+    }
+    compiles = xtpu::metrics::counter("UncachedCompile");
     const auto want = renormed(w0, iv, static_cast<double>(max_norm), pd);
     const auto w = host(m.emb.weight), got = host(e), g = host(m.emb.weight.grad());
     int scaled = 0;
@@ -381,21 +394,48 @@ TEST(Embedding, MaxNormRescalesTheRowsReadInPlaceAndTheLookupAndGradientSeeThem)
     EXPECT_TRUE(scaled >= 8 && scaled < 4 * 8) << "p " << p << ": " << scaled << " elements rescaled: not some rows read and not others";
     for (std::size_t j = 0; j < iv.size(); ++j)
       for (std::size_t c = 0; c < 8; ++c) {
-        const std::size_t r = static_cast<std::size_t>(iv[j]);
+        const auto r = static_cast<std::size_t>(iv[j]);
         EXPECT_EQ(got[j * 8 + c], r < 50 ? w[r * 8 + c] : 0.0) << "p " << p << ": the lookup reads the new rows";
       }
     for (std::size_t c = 0; c < 8; ++c) {
-      EXPECT_EQ(g[49 * 8 + c], static_cast<double>(static_cast<float>(w[49 * 8 + c]) * 2.0f));  // two uses of the new row
+      for (std::size_t r : {16, 12}) EXPECT_EQ(g[r * 8 + c], static_cast<double>(static_cast<float>(w[r * 8 + c]) * 2.0f));
       EXPECT_EQ(g[7 * 8 + c], w[7 * 8 + c]);
-      EXPECT_EQ(g[0 * 8 + c], 0.0);  // padding_idx 0: read, rescaled, no gradient
-      EXPECT_EQ(g[1 * 8 + c], 0.0);
+      for (std::size_t r : {0, 1, 47, 49}) EXPECT_EQ(g[r * 8 + c], 0.0) << "row " << r;  // 0: padding_idx, read
     }
   }
 }
 
+TEST(Embedding, MaxNormsGradientOfTwoCallsInAStepIsTheirSum) {
+  // torch sums both lookups into weight.grad; the second call's rescaling must not drop the first's
+  capped_lookup m = xtpu::nn::init<capped_lookup>(3);
+  m.emb.weight = device<float, 50, 8>(values(50 * 8, 31));  // rows 7, 12, 30, 33 above 1, 16 below
+  const tensor<float, 3, 8> e1 = m.emb(ids<3>({7, 12, 16}));
+  const tensor<float, 3, 8> e2 = m.emb(ids<3>({12, 30, 33}));
+  tensor<float> loss = (xtpu::sum(e1 * e1) + xtpu::sum(e2 * e2)) * 0.5f;
+  xtpu::backward(loss);
+  xtpu::mark_step();
+  const auto w = host(m.emb.weight), g = host(m.emb.weight.grad());
+  for (std::size_t c = 0; c < 8; ++c) {
+    EXPECT_EQ(g[7 * 8 + c], w[7 * 8 + c]) << "the first call's gradient";  // read by the first call only
+    EXPECT_EQ(g[16 * 8 + c], w[16 * 8 + c]);
+    EXPECT_EQ(g[30 * 8 + c], w[30 * 8 + c]) << "the second call's gradient";
+    EXPECT_NEAR(g[12 * 8 + c], 2 * w[12 * 8 + c], 1e-6 * std::abs(w[12 * 8 + c])) << "both calls'";
+    EXPECT_EQ(g[1 * 8 + c], 0.0);
+  }
+  double norm7 = 0;
+  for (std::size_t c = 0; c < 8; ++c) norm7 += w[7 * 8 + c] * w[7 * 8 + c];
+  EXPECT_NEAR(std::sqrt(norm7), 1.0, 1e-6);  // it was rescaled (1.47 before)
+}
+
 TEST(Embedding, MaxNormsRescalingIsDiscardedWithItsStepAndBadValuesAreErrors) {
   capped_lookup m = xtpu::nn::init<capped_lookup>(3);
-  const auto wv = values(50 * 8, 31, 0.8f);
+  const auto wv = values(50 * 8, 31);
+  m.emb.weight = device<float, 50, 8>(wv);
+  xtpu::mark_step();
+  {
+    const tensor<float, 2, 3, 8> e = m.emb(ids<2, 3>({7, 7, 7, 7, 7, 7}));  // row 7's norm: 1.47
+    EXPECT_NE(host(m.emb.weight), host(device<float, 50, 8>(wv)));  // (runs the step: rescaled)
+  }
   m.emb.weight = device<float, 50, 8>(wv);
   xtpu::mark_step();
   { const tensor<float, 2, 3, 8> e = m.emb(ids<2, 3>({7, 7, 7, 7, 7, 7})); }
@@ -413,25 +453,16 @@ TEST(Embedding, MaxNormsRescalingIsDiscardedWithItsStepAndBadValuesAreErrors) {
     }
   };
   fails(0.0f, 2.0f, "max_norm must be positive and finite, got 0");
-  fails(-1.0f, 2.0f, "max_norm must be positive and finite, got -1");
+  fails(-1e-9f, 2.0f, "max_norm must be positive and finite, got -1e-09");
   fails(INFINITY, 2.0f, "max_norm must be positive and finite, got inf");
   fails(NAN, 2.0f, "max_norm must be positive and finite, got nan");
   fails(1.0f, 0.0f, "norm_type must be positive, got 0");
-  fails(1.0f, -2.0f, "norm_type must be positive, got -2");
-  lookup plain = xtpu::nn::init<lookup>(3);  // an embedding that does not rescale: max_norm set by hand is an error
-  plain.emb.max_norm = 1.0f;
-  try {
-    (void)plain.emb(ids<2, 3>({1, 2, 3, 4, 5, 6}));
-    ADD_FAILURE() << "no error for a max_norm without with_max_norm";
-  } catch (const xtpu::error& err) {
-    EXPECT_NE(std::string(err.what()).find("max_norm 1.000000 is set, but this embedding does not rescale rows: declare it "
-                                           "nn::embedding<Num, Dim, T, nn::with_max_norm>"),
-              std::string::npos)
-        << err.what();
-  }
+  fails(1.0f, -2.5f, "norm_type must be positive, got -2.5");
   xtpu::mark_step();
   const auto after = host(m.emb.weight);  // nothing recorded by the calls that failed
   for (std::size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i], static_cast<double>(wv[i])) << "element " << i;
+  // a plain embedding has no max_norm to set (its constructor refuses one: E606)
+  static_assert(!has_max_norm<lookup> && has_max_norm<capped_lookup>);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // assigns like one (`w = w - lr * w.grad()` is a statement of the step) — with a gradient
 // that xtpu::backward(loss) adds to (torch.nn.Parameter). grad() (zeros until a backward
 // reaches it), has_grad(), zero_grad(), set_grad(e), requires_grad(bool) (false: frozen,
-// backward skips it).
+// backward skips it), assign_in_place(e) (a new value, the old one still linked).
 // A parameter is move-only: two parameters never share a gradient. Its current value is
 // linked back to it (detail::grad_slot), which is how a backward recognises it; so a plain
 // tensor that shares the value a parameter was made from shares its gradient too, and a new
@@ -53,6 +53,17 @@ class parameter : public tensor<T, Dims...> {
     link();
     if (old && old != this->storage_ptr() && old->param.lock() == slot_) old->param.reset();  // one value at a time
     return *this;
+  }
+
+  /// A new value that leaves the current one linked too, so that the gradients of what read
+  /// either reach grad() (summed): a value changed in place in the middle of a step that has
+  /// read it already (nn::embedding's max_norm), where operator= keeps one value at a time.
+  template <class E>
+    requires(detail::node<E> || std::is_same_v<E, tensor_type>)
+  void assign_in_place(const E& e) {
+    if constexpr (detail::node<E>) tensor_type::operator=(tensor_type(e, xtpu::source_location{}));
+    else tensor_type::operator=(e);
+    link();
   }
 
   /// The gradient summed by the backward calls since the last zero_grad (or optimizer step);
