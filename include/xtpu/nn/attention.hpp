@@ -49,7 +49,7 @@
 //   transformer_decoder<Layers, D, Heads, Ffn = 4 D, T = float, Prec>   torch.nn.
 //       TransformerDecoder of decoder_blocks with its norm, as the encoder: dec(x, memory) and
 //       the decoder_block's masks, every layer reading the same memory. Layers 0: norm(x), the
-//       memory and masks unread (and unchecked: no E114/E116 from them).
+//       memory and masks unread (the memory's shape checked, E114; the masks not: no E116).
 //   Each layer of a stack is initialised on its own, as a block is (torch's stacks copy one
 //   layer, and nn.Transformer redraws every matrix xavier-uniform: the same shapes and names,
 //   not torch's initial values).
@@ -66,7 +66,9 @@
 // (B, S, D), a memory (Sk, D) or (B, Sk, D) of x's batch (the decoder always takes one), and
 // give x's shape. Errors:
 // E301/E302 (q, k, v whose extents do not meet, from matmul), E114 (D not a multiple of
-// Heads, x not (S, D) or (B, S, D), a memory not x's rank, batch and width), E116 (a mask not
+// Heads, x not (S, D) or (B, S, D), a memory not x's rank, batch and width; the blocks, stacks
+// and transformer check x and the memory before anything else: E114 alone, not the E113 of
+// their first norm and the E301 of their products after it), E116 (a mask not
 // bool or not broadcast to the scores, a key padding mask not the keys' source without D);
 // xtpu::error for a drop whose p is outside [0, 1] or NaN, naming it (nothing recorded).
 #pragma once
@@ -397,32 +399,60 @@ auto run_stack(const Layers& layers, const Norm& norm, const X& x, const Call& c
   }
 }
 
+/// Whether a module of width D with Heads heads takes x (and, given, a memory M): x (S, D) or
+/// (B, S, D), the memory x's rank, batch and width. When not, E114 and no other error: the
+/// modules check before their first norm, which would report the width as E113 (and the
+/// products after it E301), and do not record anything (they give x back).
+template <std::size_t D, std::size_t Heads, class X, class... M>
+constexpr bool module_input_fits() {
+  using S = typename node_t<X>::shape_type;
+  check::attention<S, D, Heads>();
+  if constexpr (!attention_fits_v<S, D, Heads>) {
+    return false;
+  } else if constexpr (sizeof...(M) == 1) {
+    using MS = typename node_t<std::tuple_element_t<0, std::tuple<M...>>>::shape_type;
+    check::cross_attention<S, MS>();
+    return memory_fits_v<MS, S>;
+  } else {
+    return true;
+  }
+}
+/// f(x) when module_input_fits<D, Heads, X, M...>(), else x (its error reported). f is a
+/// generic lambda whose work reads its argument, so that nothing of it is instantiated for an
+/// x that does not fit (the errors would follow the first).
+template <std::size_t D, std::size_t Heads, class X, class... M, class F>
+auto if_input_fits(const X& x, F&& f) {
+  if constexpr (module_input_fits<D, Heads, X, M...>()) return f(x);
+  else return as_tensor(x);
+}
+
 /// The calls of a module that runs self-attention over x (transformer_block, transformer_
-/// encoder): x and the masks — none, nn::causal, key_padding(pad), both — each naming the
-/// caller's line for what it records; Module::run(x, masks...) (a friend) does the work.
-template <class Module>
+/// encoder) of width D with Heads heads: x and the masks — none, nn::causal,
+/// key_padding(pad), both — each naming the caller's line for what it records and checking x
+/// first (module_input_fits); Module::run(x, masks...) (a friend) does the work.
+template <class Module, std::size_t D, std::size_t Heads>
 struct self_attention_calls {
   // x (S, D) or (B, S, D) -> x's shape; pad bool (B, S) (x (S, D): (S)), true at a padding position
   template <class X>
   auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x);
+    return if_input_fits<D, Heads, X>(x, [&](const auto& in) { return self().run(in); });
   }
   template <class X>
   auto operator()(const X& x, nn::causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, nn::causal);
+    return if_input_fits<D, Heads, X>(x, [&](const auto& in) { return self().run(in, nn::causal); });
   }
   template <class X, class Pad>
   auto operator()(const X& x, const nn::key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, pad);
+    return if_input_fits<D, Heads, X>(x, [&](const auto& in) { return self().run(in, pad); });
   }
   template <class X, class Pad>
   auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<Pad>& pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, nn::causal, pad);
+    return if_input_fits<D, Heads, X>(x, [&](const auto& in) { return self().run(in, nn::causal, pad); });
   }
 
  private:
@@ -433,55 +463,56 @@ struct self_attention_calls {
 /// (decoder_block, transformer_decoder): the self-attention's masks before memory
 /// (nn::causal, key_padding(pad) with pad (B, Sq)), the memory's padding mask after it
 /// (key_padding(pad) with pad (B, Sk)), each call naming the caller's line;
-/// Module::run(x, self_masks (a tuple), memory, memory_mask...) (a friend) does the work.
-template <class Module>
+/// Module::run(x, self_masks (a tuple), memory, memory_mask...) (a friend) does the work,
+/// after x and the memory are checked (module_input_fits: D wide, Heads heads).
+template <class Module, std::size_t D, std::size_t Heads>
 struct memory_attention_calls {
   // x (B, Sq, D), memory (B, Sk, D) -> x's shape (x (Sq, D) with memory (Sk, D))
   template <class X, operand M>
   auto operator()(const X& x, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, std::forward_as_tuple(), memory);
+    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(), memory); });
   }
   template <class X, operand M, class MP>
   auto operator()(const X& x, const M& memory, const nn::key_padding_t<MP>& memory_pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, std::forward_as_tuple(), memory, memory_pad);
+    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(), memory, memory_pad); });
   }
   template <class X, operand M>
   auto operator()(const X& x, nn::causal_t, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, std::forward_as_tuple(nn::causal), memory);
+    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(nn::causal), memory); });
   }
   template <class X, operand M, class MP>
   auto operator()(const X& x, nn::causal_t, const M& memory, const nn::key_padding_t<MP>& memory_pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, std::forward_as_tuple(nn::causal), memory, memory_pad);
+    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(nn::causal), memory, memory_pad); });
   }
   template <class X, class P, operand M>
   auto operator()(const X& x, const nn::key_padding_t<P>& pad, const M& memory,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, std::forward_as_tuple(pad), memory);
+    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(pad), memory); });
   }
   template <class X, class P, operand M, class MP>
   auto operator()(const X& x, const nn::key_padding_t<P>& pad, const M& memory, const nn::key_padding_t<MP>& memory_pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, std::forward_as_tuple(pad), memory, memory_pad);
+    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(pad), memory, memory_pad); });
   }
   template <class X, class P, operand M>
   auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<P>& pad, const M& memory,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, std::forward_as_tuple(nn::causal, pad), memory);
+    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(nn::causal, pad), memory); });
   }
   template <class X, class P, operand M, class MP>
   auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<P>& pad, const M& memory,
                   const nn::key_padding_t<MP>& memory_pad, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return self().run(x, std::forward_as_tuple(nn::causal, pad), memory, memory_pad);
+    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(nn::causal, pad), memory, memory_pad); });
   }
 
  private:
@@ -494,7 +525,7 @@ namespace xtpu::nn {
 /// A pre-norm transformer encoder layer with GELU (torch.nn.TransformerEncoderLayer with
 /// norm_first=True, activation="gelu", batch_first=True); names as torch's.
 template <std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float, precision Prec = precision::default_>
-struct transformer_block : detail::self_attention_calls<transformer_block<D, Heads, Ffn, T, Prec>> {
+struct transformer_block : detail::self_attention_calls<transformer_block<D, Heads, Ffn, T, Prec>, D, Heads> {
   BOOST_HANA_DEFINE_STRUCT(transformer_block, (multihead_attention<D, Heads, T, Prec>, self_attn), (linear<D, Ffn, T, Prec>, linear1),
                            (dropout_module, dropout), (linear<Ffn, D, T, Prec>, linear2), (layer_norm_module<D, T>, norm1),
                            (layer_norm_module<D, T>, norm2), (dropout_module, dropout1), (dropout_module, dropout2));
@@ -502,7 +533,7 @@ struct transformer_block : detail::self_attention_calls<transformer_block<D, Hea
   transformer_block() { self_attn.dropout.p = dropout.p = dropout1.p = dropout2.p = detail::block_dropout_p; }
 
  private:
-  friend detail::self_attention_calls<transformer_block>;
+  friend detail::self_attention_calls<transformer_block, D, Heads>;
   /// The layer, self_attn given the masks.
   template <class X, class... Masks>
   auto run(const X& x, const Masks&... masks) const {
@@ -514,7 +545,7 @@ struct transformer_block : detail::self_attention_calls<transformer_block<D, Hea
 /// A pre-norm transformer decoder layer with GELU (torch.nn.TransformerDecoderLayer with
 /// norm_first=True, activation="gelu", batch_first=True); names as torch's.
 template <std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float, precision Prec = precision::default_>
-struct decoder_block : detail::memory_attention_calls<decoder_block<D, Heads, Ffn, T, Prec>> {
+struct decoder_block : detail::memory_attention_calls<decoder_block<D, Heads, Ffn, T, Prec>, D, Heads> {
   BOOST_HANA_DEFINE_STRUCT(decoder_block, (multihead_attention<D, Heads, T, Prec>, self_attn),
                            (multihead_attention<D, Heads, T, Prec>, multihead_attn), (linear<D, Ffn, T, Prec>, linear1),
                            (dropout_module, dropout), (linear<Ffn, D, T, Prec>, linear2), (layer_norm_module<D, T>, norm1),
@@ -526,7 +557,7 @@ struct decoder_block : detail::memory_attention_calls<decoder_block<D, Heads, Ff
   }
 
  private:
-  friend detail::memory_attention_calls<decoder_block>;
+  friend detail::memory_attention_calls<decoder_block, D, Heads>;
   /// The layer: self_attn given the masks in the tuple SelfMasks, multihead_attn given memory
   /// and its padding mask, if any.
   template <class X, class SelfMasks, class M, class... MemoryMask>
@@ -543,12 +574,12 @@ struct decoder_block : detail::memory_attention_calls<decoder_block<D, Heads, Ff
 /// (layers.0.self_attn.in_proj_weight, norm.weight). Every layer takes the same masks.
 template <std::size_t Layers, std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float,
           precision Prec = precision::default_>
-struct transformer_encoder : detail::self_attention_calls<transformer_encoder<Layers, D, Heads, Ffn, T, Prec>> {
+struct transformer_encoder : detail::self_attention_calls<transformer_encoder<Layers, D, Heads, Ffn, T, Prec>, D, Heads> {
   BOOST_HANA_DEFINE_STRUCT(transformer_encoder, (std::array<transformer_block<D, Heads, Ffn, T, Prec>, Layers>, layers),
                            (layer_norm_module<D, T>, norm));
 
  private:
-  friend detail::self_attention_calls<transformer_encoder>;
+  friend detail::self_attention_calls<transformer_encoder, D, Heads>;
   /// Each layer in turn, given the masks, then the norm.
   template <class X, class... Masks>
   auto run(const X& x, const Masks&... masks) const {
@@ -562,12 +593,12 @@ struct transformer_encoder : detail::self_attention_calls<transformer_encoder<La
 /// and takes the same masks.
 template <std::size_t Layers, std::size_t D, std::size_t Heads, std::size_t Ffn = 4 * D, class T = float,
           precision Prec = precision::default_>
-struct transformer_decoder : detail::memory_attention_calls<transformer_decoder<Layers, D, Heads, Ffn, T, Prec>> {
+struct transformer_decoder : detail::memory_attention_calls<transformer_decoder<Layers, D, Heads, Ffn, T, Prec>, D, Heads> {
   BOOST_HANA_DEFINE_STRUCT(transformer_decoder, (std::array<decoder_block<D, Heads, Ffn, T, Prec>, Layers>, layers),
                            (layer_norm_module<D, T>, norm));
 
  private:
-  friend detail::memory_attention_calls<transformer_decoder>;
+  friend detail::memory_attention_calls<transformer_decoder, D, Heads>;
   /// Each layer in turn, given the masks and the memory, then the norm.
   template <class X, class SelfMasks, class M, class... MemoryMask>
   auto run(const X& x, const SelfMasks& self_masks, const M& memory, const MemoryMask&... memory_mask) const {
@@ -592,12 +623,12 @@ struct transformer {
   template <class Src, detail::operand Tgt>
   auto operator()(const Src& src, const Tgt& tgt, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return decoder(tgt, detail::as_tensor(encoder(src)));
+    return detail::if_input_fits<D, Heads, Tgt, Src>(tgt, [&](const auto& in) { return decoder(in, detail::as_tensor(encoder(src))); });
   }
   template <class Src, detail::operand Tgt>
   auto operator()(const Src& src, const Tgt& tgt, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return decoder(tgt, causal, detail::as_tensor(encoder(src)));
+    return detail::if_input_fits<D, Heads, Tgt, Src>(tgt, [&](const auto& in) { return decoder(in, causal, detail::as_tensor(encoder(src))); });
   }
 };
 
