@@ -68,7 +68,7 @@
 // E301/E302 (q, k, v whose extents do not meet, from matmul), E114 (D not a multiple of
 // Heads, x not (S, D) or (B, S, D), a memory not x's rank, batch and width; the blocks, stacks
 // and transformer check x and the memory before anything else: E114 alone, not the E113 of
-// their first norm and the E301 of their products after it), E116 (a mask not
+// their first norm, the attention's E114 and the E301 and E101 of their products), E116 (a mask not
 // bool or not broadcast to the scores, a key padding mask not the keys' source without D);
 // xtpu::error for a drop whose p is outside [0, 1] or NaN, naming it (nothing recorded).
 #pragma once
@@ -400,9 +400,9 @@ auto run_stack(const Layers& layers, const Norm& norm, const X& x, const Call& c
 }
 
 /// Whether a module of width D with Heads heads takes x (and, given, a memory M): x (S, D) or
-/// (B, S, D), the memory x's rank, batch and width. When not, E114 and no other error: the
-/// modules check before their first norm, which would report the width as E113 (and the
-/// products after it E301), and do not record anything (they give x back).
+/// (B, S, D), D a multiple of Heads, the memory x's rank, batch and width. When not, E114 and
+/// no other error: the modules check before their first norm, which would report the width as
+/// E113 (and the attention E114, the products after it E301 and E101).
 template <std::size_t D, std::size_t Heads, class X, class... M>
 constexpr bool module_input_fits() {
   using S = typename node_t<X>::shape_type;
@@ -417,15 +417,15 @@ constexpr bool module_input_fits() {
     return true;
   }
 }
-/// f(x) when module_input_fits<D, Heads, X, M...>(), else x (its error reported). f is a
-/// generic lambda whose work reads its argument, so that nothing of it is instantiated for an
-/// x that does not fit (the errors would follow the first).
-template <std::size_t D, std::size_t Heads, class X, class... M, class F>
-auto if_input_fits(const X& x, F&& f) {
-  if constexpr (module_input_fits<D, Heads, X, M...>()) return f(x);
+/// f(x, m...) when module_input_fits<D, Heads, X, M...>(), else x (its error reported; x
+/// only gives the call a return type). f is a generic lambda that reads only its arguments, so
+/// that nothing of its work is instantiated for inputs that do not fit (its errors would
+/// follow the first).
+template <std::size_t D, std::size_t Heads, class F, class X, class... M>
+auto if_input_fits(F&& f, const X& x, const M&... m) {
+  if constexpr (module_input_fits<D, Heads, X, M...>()) return f(x, m...);
   else return as_tensor(x);
 }
-
 /// The calls of a module that runs self-attention over x (transformer_block, transformer_
 /// encoder) of width D with Heads heads: x and the masks — none, nn::causal,
 /// key_padding(pad), both — each naming the caller's line for what it records and checking x
@@ -436,23 +436,23 @@ struct self_attention_calls {
   template <class X>
   auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X>(x, [&](const auto& in) { return self().run(in); });
+    return if_input_fits<D, Heads>([&](const auto& in) { return self().run(in); }, x);
   }
   template <class X>
   auto operator()(const X& x, nn::causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X>(x, [&](const auto& in) { return self().run(in, nn::causal); });
+    return if_input_fits<D, Heads>([&](const auto& in) { return self().run(in, nn::causal); }, x);
   }
   template <class X, class Pad>
   auto operator()(const X& x, const nn::key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X>(x, [&](const auto& in) { return self().run(in, pad); });
+    return if_input_fits<D, Heads>([&](const auto& in) { return self().run(in, pad); }, x);
   }
   template <class X, class Pad>
   auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<Pad>& pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X>(x, [&](const auto& in) { return self().run(in, nn::causal, pad); });
+    return if_input_fits<D, Heads>([&](const auto& in) { return self().run(in, nn::causal, pad); }, x);
   }
 
  private:
@@ -471,48 +471,48 @@ struct memory_attention_calls {
   template <class X, operand M>
   auto operator()(const X& x, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(), memory); });
+    return if_input_fits<D, Heads>([&](const auto& in, const auto& mem) { return self().run(in, std::forward_as_tuple(), mem); }, x, memory);
   }
   template <class X, operand M, class MP>
   auto operator()(const X& x, const M& memory, const nn::key_padding_t<MP>& memory_pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(), memory, memory_pad); });
+    return if_input_fits<D, Heads>([&](const auto& in, const auto& mem) { return self().run(in, std::forward_as_tuple(), mem, memory_pad); }, x, memory);
   }
   template <class X, operand M>
   auto operator()(const X& x, nn::causal_t, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(nn::causal), memory); });
+    return if_input_fits<D, Heads>([&](const auto& in, const auto& mem) { return self().run(in, std::forward_as_tuple(nn::causal), mem); }, x, memory);
   }
   template <class X, operand M, class MP>
   auto operator()(const X& x, nn::causal_t, const M& memory, const nn::key_padding_t<MP>& memory_pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(nn::causal), memory, memory_pad); });
+    return if_input_fits<D, Heads>([&](const auto& in, const auto& mem) { return self().run(in, std::forward_as_tuple(nn::causal), mem, memory_pad); }, x, memory);
   }
   template <class X, class P, operand M>
   auto operator()(const X& x, const nn::key_padding_t<P>& pad, const M& memory,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(pad), memory); });
+    return if_input_fits<D, Heads>([&](const auto& in, const auto& mem) { return self().run(in, std::forward_as_tuple(pad), mem); }, x, memory);
   }
   template <class X, class P, operand M, class MP>
   auto operator()(const X& x, const nn::key_padding_t<P>& pad, const M& memory, const nn::key_padding_t<MP>& memory_pad,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(pad), memory, memory_pad); });
+    return if_input_fits<D, Heads>([&](const auto& in, const auto& mem) { return self().run(in, std::forward_as_tuple(pad), mem, memory_pad); }, x, memory);
   }
   template <class X, class P, operand M>
   auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<P>& pad, const M& memory,
                   xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(nn::causal, pad), memory); });
+    return if_input_fits<D, Heads>([&](const auto& in, const auto& mem) { return self().run(in, std::forward_as_tuple(nn::causal, pad), mem); }, x, memory);
   }
   template <class X, class P, operand M, class MP>
   auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<P>& pad, const M& memory,
                   const nn::key_padding_t<MP>& memory_pad, xtpu::source_location caller = xtpu::source_location::current()) const {
     const site_scope site(caller);
-    return if_input_fits<D, Heads, X, M>(x, [&](const auto& in) { return self().run(in, std::forward_as_tuple(nn::causal, pad), memory, memory_pad); });
+    return if_input_fits<D, Heads>([&](const auto& in, const auto& mem) { return self().run(in, std::forward_as_tuple(nn::causal, pad), mem, memory_pad); }, x, memory);
   }
 
  private:
@@ -623,12 +623,22 @@ struct transformer {
   template <class Src, detail::operand Tgt>
   auto operator()(const Src& src, const Tgt& tgt, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return detail::if_input_fits<D, Heads, Tgt, Src>(tgt, [&](const auto& in) { return decoder(in, detail::as_tensor(encoder(src))); });
+    return checked(src, tgt, [&](const auto& s, const auto& t) { return decoder(t, detail::as_tensor(encoder(s))); });
   }
   template <class Src, detail::operand Tgt>
   auto operator()(const Src& src, const Tgt& tgt, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    return detail::if_input_fits<D, Heads, Tgt, Src>(tgt, [&](const auto& in) { return decoder(in, causal, detail::as_tensor(encoder(src))); });
+    return checked(src, tgt, [&](const auto& s, const auto& t) { return decoder(t, causal, detail::as_tensor(encoder(s))); });
+  }
+
+ private:
+  /// f(src, tgt) when src fits the encoder and tgt the decoder with src as its memory, else
+  /// E114 alone (src checked first, as self-attention's input).
+  template <class Src, class Tgt, class F>
+  static auto checked(const Src& src, const Tgt& tgt, F&& f) {
+    return detail::if_input_fits<D, Heads>(
+        [&](const auto& s) { return detail::if_input_fits<D, Heads>([&](const auto& t, const auto& m) { return f(m, t); }, tgt, s); },
+        src);
   }
 };
 
