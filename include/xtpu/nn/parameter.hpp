@@ -48,9 +48,7 @@ class parameter : public tensor<T, Dims...> {
     requires(detail::node<E> || std::is_same_v<E, tensor_type>)
   parameter& operator=(const E& e) {
     const std::shared_ptr<detail::storage> old = this->storage_ptr();
-    if constexpr (detail::node<E>) tensor_type::operator=(tensor_type(e, xtpu::source_location{}));
-    else tensor_type::operator=(e);
-    link();
+    assign_in_place(e);
     if (old && old != this->storage_ptr() && old->param.lock() == slot_) old->param.reset();  // one value at a time
     return *this;
   }
