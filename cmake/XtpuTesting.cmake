@@ -96,10 +96,11 @@ function(xtpu_add_compile_fail_tests)
 endfunction()
 
 # xtpu.hpp precompiled with the twins' flags (xtpu_compile_flags), built with everything else
-# (target xtpu_twins_pch) from every header it reads; OUT: the flags that read it (empty without
-# XTPU_PCH). A twin adds XTPU_EXPECT_COMPILE_FAIL, which no header reads: g++ and clang++ accept
-# the header built without it. g++ with -Winvalid-pch says so and parses the text when the
-# header is unusable; clang++ refuses one older than a header it read (rebuild before ctest).
+# (target xtpu_twins_pch), again when any header it read changes (xtpu's, the dependencies': the
+# compiler's depfile); OUT: the flags that read it (empty without XTPU_PCH). A twin adds
+# XTPU_EXPECT_COMPILE_FAIL, which no header reads: g++ and clang++ accept the header built
+# without it. g++ with -Winvalid-pch says so and parses the text when the header is unusable;
+# clang++ refuses one older than a header it read (rebuild before ctest).
 function(xtpu_twins_pch out)
   set(${out} "" PARENT_SCOPE)
   if(NOT XTPU_PCH)
@@ -109,7 +110,6 @@ function(xtpu_twins_pch out)
   list(REMOVE_ITEM flags -fsyntax-only)
   set(header ${CMAKE_CURRENT_BINARY_DIR}/twins_pch/xtpu_twins.hpp)
   file(CONFIGURE OUTPUT ${header} CONTENT "#include <xtpu/xtpu.hpp>\n")
-  file(GLOB_RECURSE deps CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/include/xtpu/*.hpp)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
     set(pch ${header}.pch)
     set(use -include-pch ${pch})
@@ -118,8 +118,8 @@ function(xtpu_twins_pch out)
     set(use -include ${header} -Winvalid-pch)
   endif()
   add_custom_command(OUTPUT ${pch}
-    COMMAND ${CMAKE_CXX_COMPILER} ${flags} -x c++-header ${header} -o ${pch}
-    DEPENDS ${header} ${deps}
+    COMMAND ${CMAKE_CXX_COMPILER} ${flags} -MD -MT ${pch} -MF ${pch}.d -x c++-header ${header} -o ${pch}
+    DEPENDS ${header} DEPFILE ${pch}.d
     COMMENT "Precompiling xtpu.hpp for the compile-fail twins" VERBATIM)
   add_custom_target(xtpu_twins_pch ALL DEPENDS ${pch})
   set(${out} ${use} PARENT_SCOPE)
