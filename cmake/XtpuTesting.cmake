@@ -55,8 +55,9 @@ endfunction()
 #
 # With XTPU_PCH the .ko compiles read xtpu.hpp precompiled (xtpu_twins_pch below): parsing it was
 # most of each one (g++ 12: 6.1 -> 2.2 s of CPU a twin, clang++ 14: 4.6 -> 1.3 s). Not a file
-# that defines, undefines or pragmas anything (that would come after the header, not before) or
-# does not include xtpu.hpp (it checks a header of its own): those parse the text.
+# with a #define, #undef or #pragma anywhere (it would come after the header, not before) or
+# without `#include <xtpu/xtpu.hpp>` at column 0 (one that checks a header of its own): those
+# parse the text.
 function(xtpu_add_compile_fail_tests)
   xtpu_compile_flags(flags)
   xtpu_twins_pch(pch_flags)
@@ -71,13 +72,16 @@ function(xtpu_add_compile_fail_tests)
       message(FATAL_ERROR "${src}: the first line must be `// expect: xtpu EXXX`")
     endif()
     set(ko_flags ${flags})
+    set(ko_pch "")
     file(STRINGS ${src} directives REGEX "^[ \t]*#[ \t]*(define|undef|pragma)")
     file(STRINGS ${src} whole REGEX "^#include <xtpu/xtpu.hpp>")
     if(pch_flags AND whole AND NOT directives)
       list(APPEND ko_flags ${pch_flags})
+      set(ko_pch ${xtpu_twins_pch_file})
     endif()
     add_test(NAME compile_fail.${name}.ko
       COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} "-DFLAGS=${ko_flags}" -DSRC=${src}
+              -DPCH=${ko_pch} -DHEADERS=${PROJECT_SOURCE_DIR}/include
               "-DEXPECTED=${expected}" -P ${PROJECT_SOURCE_DIR}/cmake/expect_compile_fail.cmake)
     file(STRINGS ${src} alone REGEX "BOOST_HANA_ADAPT_STRUCT|^[ \t]*#[ \t]*(define|undef|pragma)|^[ \t]+#[ \t]*include")
     if(alone)
@@ -99,8 +103,10 @@ endfunction()
 # (target xtpu_twins_pch), again when any header it read changes (xtpu's, the dependencies': the
 # compiler's depfile); OUT: the flags that read it (empty without XTPU_PCH). A twin adds
 # XTPU_EXPECT_COMPILE_FAIL, which no header reads: g++ and clang++ accept the header built
-# without it. g++ with -Winvalid-pch says so and parses the text when the header is unusable;
-# clang++ refuses one older than a header it read (rebuild before ctest).
+# without it. A ko test fails, saying so, when the header is missing or older than one of xtpu's
+# (expect_compile_fail.cmake: g++ checks no header's time and would test the old text; clang++
+# refuses it, and a missing one, with an error every twin would print); g++ with -Winvalid-pch
+# parses the text when the header is unusable for another reason.
 function(xtpu_twins_pch out)
   set(${out} "" PARENT_SCOPE)
   if(NOT XTPU_PCH)
@@ -123,6 +129,7 @@ function(xtpu_twins_pch out)
     COMMENT "Precompiling xtpu.hpp for the compile-fail twins" VERBATIM)
   add_custom_target(xtpu_twins_pch ALL DEPENDS ${pch})
   set(${out} ${use} PARENT_SCOPE)
+  set(xtpu_twins_pch_file ${pch} PARENT_SCOPE)
 endfunction()
 
 # One object per public header, each including only that header.

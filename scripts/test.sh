@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds every test with g++ 12 and clang++ 14 (warnings are errors) and runs them with CTest,
 # then the run-time tests under ASan+UBSan (threaded ones at 1, 2, 4, 8, 16 threads; the gradient
-# tests without UBSan's alignment, null and vptr checks, tests/CMakeLists.txt) and the
+# tests but the checkpoint one without UBSan's alignment, null and vptr checks,
+# tests/CMakeLists.txt) and the
 # threaded ones under TSan (at those counts). Each preset has its own build tree and sets every
 # option itself, so whatever an earlier demo, benchmark or hand configure left in build/ cannot
 # change what runs here.
