@@ -60,7 +60,7 @@ endfunction()
 # parse the text.
 function(xtpu_add_compile_fail_tests)
   xtpu_compile_flags(flags)
-  xtpu_twins_pch(pch_flags)
+  xtpu_twins_pch(pch_flags pch_file)
   set(includes "")
   set(bodies "")
   foreach(src ${ARGN})
@@ -71,20 +71,22 @@ function(xtpu_add_compile_fail_tests)
     if(NOT expected)
       message(FATAL_ERROR "${src}: the first line must be `// expect: xtpu EXXX`")
     endif()
+    # what would change the file's meaning if something came before it (a precompiled header) or
+    # around it (compile_fail.ok's namespace)
+    file(STRINGS ${src} directives REGEX "^[ \t]*#[ \t]*(define|undef|pragma)")
+    file(STRINGS ${src} placed REGEX "BOOST_HANA_ADAPT_STRUCT|^[ \t]+#[ \t]*include")
+    file(STRINGS ${src} whole REGEX "^#include <xtpu/xtpu.hpp>")
     set(ko_flags ${flags})
     set(ko_pch "")
-    file(STRINGS ${src} directives REGEX "^[ \t]*#[ \t]*(define|undef|pragma)")
-    file(STRINGS ${src} whole REGEX "^#include <xtpu/xtpu.hpp>")
     if(pch_flags AND whole AND NOT directives)
       list(APPEND ko_flags ${pch_flags})
-      set(ko_pch ${xtpu_twins_pch_file})
+      set(ko_pch ${pch_file})
     endif()
     add_test(NAME compile_fail.${name}.ko
       COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} "-DFLAGS=${ko_flags}" -DSRC=${src}
               -DPCH=${ko_pch} -DHEADERS=${PROJECT_SOURCE_DIR}/include
               "-DEXPECTED=${expected}" -P ${PROJECT_SOURCE_DIR}/cmake/expect_compile_fail.cmake)
-    file(STRINGS ${src} alone REGEX "BOOST_HANA_ADAPT_STRUCT|^[ \t]*#[ \t]*(define|undef|pragma)|^[ \t]+#[ \t]*include")
-    if(alone)
+    if(directives OR placed)
       add_test(NAME compile_fail.${name}.ok COMMAND ${CMAKE_CXX_COMPILER} ${flags} ${src})
       continue()
     endif()
@@ -101,14 +103,15 @@ endfunction()
 
 # xtpu.hpp precompiled with the twins' flags (xtpu_compile_flags), built with everything else
 # (target xtpu_twins_pch), again when any header it read changes (xtpu's, the dependencies': the
-# compiler's depfile); OUT: the flags that read it (empty without XTPU_PCH). A twin adds
-# XTPU_EXPECT_COMPILE_FAIL, which no header reads: g++ and clang++ accept the header built
-# without it. A ko test fails, saying so, when the header is missing or older than one of xtpu's
+# compiler's depfile); FLAGS_OUT: the flags that read it, FILE_OUT: the header's file (both empty
+# without XTPU_PCH). A twin adds XTPU_EXPECT_COMPILE_FAIL, which no header reads: g++ and
+# clang++ accept the header built without it. A ko test fails, saying so, when the header is missing or older than one of xtpu's
 # (expect_compile_fail.cmake: g++ checks no header's time and would test the old text; clang++
 # refuses it, and a missing one, with an error every twin would print); g++ with -Winvalid-pch
 # parses the text when the header is unusable for another reason.
-function(xtpu_twins_pch out)
-  set(${out} "" PARENT_SCOPE)
+function(xtpu_twins_pch flags_out file_out)
+  set(${flags_out} "" PARENT_SCOPE)
+  set(${file_out} "" PARENT_SCOPE)
   if(NOT XTPU_PCH)
     return()
   endif()
@@ -128,8 +131,8 @@ function(xtpu_twins_pch out)
     DEPENDS ${header} DEPFILE ${pch}.d
     COMMENT "Precompiling xtpu.hpp for the compile-fail twins" VERBATIM)
   add_custom_target(xtpu_twins_pch ALL DEPENDS ${pch})
-  set(${out} ${use} PARENT_SCOPE)
-  set(xtpu_twins_pch_file ${pch} PARENT_SCOPE)
+  set(${flags_out} ${use} PARENT_SCOPE)
+  set(${file_out} ${pch} PARENT_SCOPE)
 endfunction()
 
 # One object per public header, each including only that header.
