@@ -62,6 +62,17 @@ void sweep(std::uint64_t stride, F&& f) {
 
 /// Runs body at every ISA setting this CPU has and at 1, 2 and 3 threads; the first run's
 /// output is the reference every other must equal bit for bit.
+// This file's loops are compiled at every lane width (tests/CMakeLists.txt defines
+// XTPU_ALL_LOOP_WIDTHS), so each XTPU_ISA below runs loops of its own width.
+static_assert(XTPU_ALL_LOOP_WIDTHS == 1, "tests/CMakeLists.txt builds test_loops with XTPU_ALL_LOOP_WIDTHS=1");
+
+/// The lane width loops take at ISA setting p of a build with every width.
+simd::path loop_width(xtpu::isa p) {
+  if (p == xtpu::isa::scalar) return simd::path::scalar;
+  if (p != xtpu::isa::avx2 && simd::compiled_v<simd::path::avx512>) return simd::path::avx512;
+  return simd::compiled_v<simd::path::avx2> ? simd::path::avx2 : simd::widest_v;
+}
+
 void every_path(const std::function<std::vector<float>()>& body) {
   const xtpu::isa isa0 = xtpu::kernels::active_isa();
   const int threads0 = xtpu::kernels::num_threads();
@@ -72,6 +83,7 @@ void every_path(const std::function<std::vector<float>()>& body) {
     for (int t : {1, 2, 3}) {
       xtpu::kernels::set_isa(p);
       xtpu::kernels::set_num_threads(t);
+      ASSERT_EQ(simd::active_path(), loop_width(p)) << xtpu::isa_name(p);
       const auto got = body();
       if (!have) {
         first = got;

@@ -80,6 +80,25 @@ TEST_F(Settings, Isa) {
     }
 }
 
+// XTPU_ISA and the loops' lane width in a build without XTPU_ALL_LOOP_WIDTHS (this file's): every
+// loop is compiled at the build's widest width and at one lane; scalar picks one lane, any other
+// setting the widest (kernels/simd.hpp). test_loops, built with every width, checks the narrowing.
+TEST_F(Settings, IsaPicksTheLoopsWidthOfTheBuild) {
+  namespace simd = xtpu::kernels::simd;
+  static_assert(XTPU_ALL_LOOP_WIDTHS == 0);
+  static_assert(simd::dispatched_v<simd::path::scalar> && simd::dispatched_v<simd::widest_v>);
+  static_assert(simd::widest_v == simd::path::scalar || !simd::dispatched_v<simd::path::sse> ||
+                simd::widest_v == simd::path::sse);
+  static_assert(simd::widest_v != simd::path::avx512 || !simd::dispatched_v<simd::path::avx2>);
+  const xtpu::isa isa0 = xtpu::kernels::active_isa();
+  for (xtpu::isa i : {xtpu::isa::scalar, xtpu::isa::avx2, xtpu::isa::avx512, xtpu::isa::avx512bf16}) {
+    if (!xtpu::kernels::supported(i)) continue;
+    xtpu::kernels::set_isa(i);
+    EXPECT_EQ(simd::active_path(), i == xtpu::isa::scalar ? simd::path::scalar : simd::widest_v) << xtpu::isa_name(i);
+  }
+  xtpu::kernels::set_isa(isa0);
+}
+
 TEST_F(Settings, Device) {
   EXPECT_EXIT(start_with("XTPU_DEVICE", "v9"), ::testing::ExitedWithCode(4),
               "device_not_available: xtpu: XTPU_DEVICE='v9' is not valid for device: expected one of v4, v5e, v5p, v6e, v7");

@@ -2,9 +2,15 @@
 // every deterministic loop is written in.
 //
 // Provides: xtpu::kernels::simd::
-//   path / active_path() — the lane width fused loops run at: scalar, sse, avx2 or avx512,
+//   path / active_path() — the lane width fused loops run at: scalar, sse, avx2 or avx512 —
 //     the widest the build compiled in (xsimd 8 picks its architectures from the compile
-//     flags: -mavx2 -mfma or -march=native for AVX2) that XTPU_ISA allows;
+//     flags: -mavx2 -mfma or -march=native for AVX2), or one lane under XTPU_ISA=scalar;
+//   XTPU_ALL_LOOP_WIDTHS — define it to 1 (the same in every file of a program, as -march)
+//     to compile each loop at every width too, so that XTPU_ISA=avx2 narrows an AVX-512
+//     build's loops to 8 lanes: for tests of the bits across widths and for measuring an
+//     AVX2 machine's loops on an AVX-512 one. Without it a loop is compiled twice, not three
+//     times (what that saves: docs/training.md, compile time);
+//   dispatch(f) — f(integral_constant<path, P>) for the active path;
 //   arch_of<P> — its xsimd architecture; lanes_t<P> (float, or xsimd::batch<float, A>);
 //   barrier(v) — an opaque copy: a product passed through it is never fused into the add
 //     that follows, whatever -ffp-contract the user's compiler runs with;
@@ -30,6 +36,10 @@
 #include "xtpu/kernels/intrinsics.hpp"  // before xsimd, which includes <immintrin.h> too
 
 #include <xsimd/xsimd.hpp>
+
+#ifndef XTPU_ALL_LOOP_WIDTHS
+#define XTPU_ALL_LOOP_WIDTHS 0
+#endif
 
 namespace xtpu::kernels::simd {
 
@@ -76,22 +86,32 @@ struct lanes<path::scalar> {
 template <path P>
 using lanes_t = typename lanes<P>::type;
 
-/// The path loops take now: XTPU_ISA (kernels::active_isa) capped by what was compiled in.
+/// The widest lane width compiled into this build.
+inline constexpr path widest_v = compiled_v<path::avx512> ? path::avx512
+                                 : compiled_v<path::avx2>  ? path::avx2
+                                 : compiled_v<path::sse>   ? path::sse
+                                                           : path::scalar;
+
+/// The paths dispatch instantiates a loop for: the build's widest and one lane (XTPU_ISA=scalar),
+/// so a loop costs the compiler two instantiations; under XTPU_ALL_LOOP_WIDTHS every width
+/// active_path() can pick (SSE only in a build without AVX2).
+template <path P>
+inline constexpr bool dispatched_v =
+    compiled_v<P> && (P == path::scalar || P == widest_v || (XTPU_ALL_LOOP_WIDTHS && P != path::sse));
+
+/// The path loops take now: one lane under XTPU_ISA=scalar, else the build's widest (the bits
+/// are the same at every width: only the speed differs); under XTPU_ALL_LOOP_WIDTHS, XTPU_ISA
+/// (kernels::active_isa) capped by what was compiled in — avx2 narrows an AVX-512 build's loops.
 /// Never throws: a setting the CPU cannot run (only a test can store one) falls back to what it can.
 inline path active_path() noexcept {
   const isa i = static_cast<isa>(kernels::detail::isa_cell().load(std::memory_order_relaxed));
   if (i == isa::scalar) return path::scalar;
-  if ((i == isa::avx512 || i == isa::avx512bf16) && compiled_v<path::avx512> && supported(isa::avx512)) return path::avx512;
+  const bool wide = XTPU_ALL_LOOP_WIDTHS == 0 || i == isa::avx512 || i == isa::avx512bf16;
+  if (wide && compiled_v<path::avx512> && supported(isa::avx512)) return path::avx512;
   if (compiled_v<path::avx2>) return path::avx2;
   if (compiled_v<path::sse>) return path::sse;
   return path::scalar;
 }
-
-/// The paths dispatch instantiates a loop for: those active_path() can return. SSE only in a
-/// build without AVX2 (with AVX2 compiled in, active_path never picks it), so a loop costs the
-/// compiler two or three instantiations, not four.
-template <path P>
-inline constexpr bool dispatched_v = compiled_v<P> && (P != path::sse || !compiled_v<path::avx2>);
 
 /// Calls f(std::integral_constant<path, P>{}) for the active path.
 template <class F>
