@@ -392,6 +392,21 @@ TEST(Checkpoint, AFileWithoutXtpusMetadataLoadsItsTensorsAndOurKeysAreOurs) {
   const std::string m = error_message<xtpu::checkpoint_error>(
       [&] { xtpu::io::save(path, a, {.user = {{"xtpu.step", "9"}}}); });
   EXPECT_TRUE(has(m, "the user key 'xtpu.step' starts with 'xtpu.'")) << m;
+  // xtpu's keys without the layout key (one byte of its name damaged): not a foreign file — an
+  // error, and nothing changes
+  {
+    xtpu::io::save(path, a, {.step = 7});
+    const auto f = xtpu::io::safetensors_file::read(path);
+    auto meta = f.metadata();
+    meta["xtpu#checkpoint"] = meta.at("xtpu.checkpoint");
+    meta.erase("xtpu.checkpoint");
+    xtpu::io::write_safetensors(path, {f.tensors().begin(), f.tensors().end()}, meta);
+    small_mlp d = xtpu::nn::init<small_mlp>(7);
+    const auto kept = values(d);
+    const std::string e = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(path, d); });
+    EXPECT_TRUE(has(e, "has xtpu's key 'xtpu.loader.batch' but no 'xtpu.checkpoint' (its layout): a damaged checkpoint")) << e;
+    EXPECT_EQ(values(d), kept);
+  }
   // an optimizer of another kind: its state's names differ, and nothing changes
   xtpu::optim::sgd sgd(a, {.lr = 0.1f, .momentum = 0.9f});
   train(a, sgd, 1);

@@ -157,6 +157,50 @@ TEST_F(Debug, ARecompileSaysWhichStatementDiffersAndWhereItWasWritten) {
   EXPECT_EQ(count(out, "Compilation Cause"), 6u) << out;
 }
 
+/// The difference lines of the last Compilation Analysis block in out.
+std::string last_differences(const std::string& out) {
+  const std::size_t from = out.rfind("Differs from the closest cached graph");
+  if (from == std::string::npos) return "";
+  const std::size_t body = out.find('\n', from) + 1;
+  return out.substr(body, out.find("Compilation Analysis: C++ Frame Triggered Execution", body) - body);
+}
+
+// A statement added between the same statements (a logging expression, a branch on the step)
+// is named alone: the statements after it read shifted numbers, and are not listed as changed.
+TEST_F(Debug, AStatementAddedOrTakenAwayIsNamedAlone) {
+  {
+    f48 t = a + b;
+    f48 u = t * a;
+    f48 v = u - b;
+    f48 w = xtpu::relu(v);
+    xtpu::mark_step();
+  }
+  int line = 0;
+  {
+    f48 t = a + b;
+    line = __LINE__ + 1;
+    f48 e = xtpu::exp(t);  // added
+    f48 u = t * a;
+    f48 v = u - b;
+    f48 w = xtpu::relu(v);
+    xtpu::mark_step();
+  }
+  std::string diff = last_differences(output());
+  EXPECT_EQ(diff, "Compilation Analysis:   " + at(1, line) +
+                      " (exp -> f32[4,8]) is new: the cached graph has the same statements before it and after it\n");
+  {
+    f48 t = a + b;
+    f48 u = t * a;
+    f48 v = u - b;  // the relu taken away: the first graph is the closest
+    xtpu::mark_step();
+  }
+  diff = last_differences(output());
+  EXPECT_TRUE(has(diff, "Compilation Analysis:   the cached graph's statement 3 at TestBody (")) << diff;
+  EXPECT_TRUE(has(diff, " (relu -> f32[4,8]) is not recorded now; the statements before it are the same\n")) << diff;
+  EXPECT_EQ(count(diff, "\n"), 1u) << diff;
+  EXPECT_EQ(count(output(), "Compilation Cause"), 3u) << output();
+}
+
 TEST_F(Debug, TheBf16StorageSettingIsNamedAsTheDifference) {
   {
     f48 t = a + b;

@@ -2,6 +2,7 @@
 // (the rules that pick: against the rule as worded), broadcasting, where and casts, bf16
 // tensors, no_grad, tensors no path reaches, errors (test_grad_step.cpp: layout ops, matmul,
 // named statements, compile once).
+#include "files.hpp"
 #include "grad_check.hpp"
 
 #include <gtest/gtest.h>
@@ -279,6 +280,16 @@ TEST(Grad, ErrorsNameTheCauseAndLoseNothing) {
   tensor<float> done = xtpu::sum(x * x);
   xtpu::mark_step();
   EXPECT_THROW((void)xtpu::grad(done, x), xtpu::error);  // its graph ran with the step
+  // torch's order, the loss read before its gradient: the read ran the step; the message names
+  // the call made and the order that works
+  tensor<float> read = xtpu::sum(x * 3.0f);
+  (void)read.item();
+  const std::string m = error_message<xtpu::error>([&] { (void)xtpu::grad(read, x); });
+  EXPECT_NE(m.find("xtpu: grad: the loss is not pending in this thread's step (a mark_step or a read — item(), "
+                   "to_host(), printing — ran it"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("call grad before mark_step and before reading the loss"), std::string::npos) << m;
 
   EXPECT_EQ(host(x), (std::vector<double>{1, 2, 3, 4}));
 }

@@ -80,6 +80,30 @@ TEST(Losses, CrossEntropyWithSmoothingAndIgnoreMatchesFloat64) {
   }
 }
 
+// A label outside 0..C-1 that is not the ignore index (1-based labels: C itself) makes the loss
+// NaN, not 0 as a row that picks no class would add; its row adds no gradient; the ignore index
+// and the labels 0 and C - 1 keep their meaning.
+TEST(Losses, CrossEntropyOfALabelOutOfRangeIsNaN) {
+  const auto xv = values(B * C, 5, 3.0f);
+  auto x = device<float, B, C>(xv);
+  for (const std::int32_t bad : {std::int32_t{C}, std::int32_t{-1}, std::int32_t{1 << 24}, std::int32_t{-2147483647 - 1}}) {
+    const std::vector<std::int32_t> yv{0, bad, 2, -100, 1, 3};
+    const tensor<std::int32_t, B> y = xtpu::from_host<std::int32_t, B>(yv.data(), B);
+    tensor<float> loss = xtpu::nn::cross_entropy(x, y);
+    auto [dx] = xtpu::grad(loss, x);
+    xtpu::mark_step();
+    EXPECT_TRUE(std::isnan(loss.item())) << "label " << bad;
+    const auto g = host(dx);
+    for (std::size_t c = 0; c < C; ++c) EXPECT_EQ(g[1 * C + c], 0.0) << "label " << bad << ", class " << c;
+    for (double v : g) EXPECT_TRUE(std::isfinite(v)) << "label " << bad;
+  }
+  const std::vector<std::int32_t> edges{0, C - 1, 2, -100, 1, C - 1};
+  const tensor<std::int32_t, B> y = xtpu::from_host<std::int32_t, B>(edges.data(), B);
+  tensor<float> loss = xtpu::nn::cross_entropy(x, y);
+  xtpu::mark_step();
+  EXPECT_NEAR(loss.item(), cross_entropy_ref(widen(xv), edges, 0.0, -100), 1e-6);
+}
+
 TEST(Losses, CrossEntropyOfLogitsOfTwoHundredIsFinite) {
   std::vector<float> xv(B * C, 0.0f);
   for (std::size_t r = 0; r < B; ++r) xv[r * C + r % C] = r % 2 ? 200.0f : -200.0f;

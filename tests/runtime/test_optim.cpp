@@ -257,6 +257,11 @@ TEST(Backward, SkipsFrozenParametersAndNeedsOne) {
   tensor<float> no_parameters = xtpu::sum(plain);
   EXPECT_THROW(xtpu::backward(no_parameters), xtpu::error);
   xtpu::mark_step();
+  tensor<float> read = xtpu::sum(m.w * m.w);  // read before backward (torch's order): the read ran it
+  (void)read.item();
+  const std::string late = error_message<xtpu::error>([&] { xtpu::backward(read); });
+  EXPECT_NE(late.find("xtpu: backward: the loss is not pending in this thread's step"), std::string::npos) << late;
+  EXPECT_NE(late.find("call backward before mark_step and before reading the loss"), std::string::npos) << late;
 
   xtpu::nn::parameter<float, 3> first(plain);
   EXPECT_THROW((xtpu::nn::parameter<float, 3>{plain}), xtpu::error);  // one value, one parameter

@@ -21,7 +21,8 @@ namespace xtpu::check {
 template <class ElementType>
 constexpr void element() {
   static_assert(element_type<ElementType>,
-                "xtpu E201 dtype: the element type must be float, xtpu::bf16, std::int32_t or bool");
+                "xtpu E201 dtype: the element type must be float, xtpu::bf16, std::int32_t or bool "
+                "(torch's int64 ids and labels: std::int32_t; double: float)");
 }
 
 /// An op that exists for floating values only (random samples, dropout).

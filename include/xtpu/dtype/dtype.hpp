@@ -24,6 +24,14 @@ template <class T>
 concept element_type = std::is_same_v<T, float> || std::is_same_v<T, bf16> ||
                        std::is_same_v<T, std::int32_t> || std::is_same_v<T, bool>;
 
+namespace detail {
+/// What a tensor of a type that is not an element type stands in as after its error E201 (so
+/// that error is the only one): std::int32_t for a C++ integer (torch's int64 labels), float
+/// for anything else.
+template <class T>
+using stand_in_t = std::conditional_t<element_type<T>, T, std::conditional_t<std::is_integral_v<T>, std::int32_t, float>>;
+}  // namespace detail
+
 /// Stable dtype codes (append-only; part of every fingerprint).
 enum class dtype : std::uint8_t { f32 = 1, bf16 = 2, s32 = 3, pred = 4 };
 

@@ -23,7 +23,8 @@
 // value is copied to the device before the first assignment, so an out_of_memory while loading
 // changes nothing (for that moment the old and new values are both held).
 // Errors: checkpoint_error — safetensors_file's; a user key starting with "xtpu."; a layout
-// other than 1 or 2 (1: written before seed streams were saved); a stream's value that is not
+// other than 1 or 2 (1: written before seed streams were saved); xtpu's keys in a file without
+// a layout key (a damaged checkpoint, not a foreign file); a stream's value that is not
 // two integers >= 0; and one message listing every difference:
 // `missing fc2.bias; fc1.weight is F32 (512, 784) in the file but BF16 (512, 784) in the
 // model; unexpected head.scale`. Seed streams are state, not weights: each stream of the model
@@ -184,6 +185,11 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
   const bool ours = layout != meta.end();
   if (ours && layout->second != "1" && layout->second != "2")
     io::detail::fail(path, "has layout " + layout->second + " ('xtpu.checkpoint'); this xtpu reads layouts 1 and 2");
+  if (!ours)  // xtpu's keys without their layout: a damaged file, not a foreign one (which has none)
+    for (const auto& [k, v] : meta)
+      if (k.rfind("xtpu.", 0) == 0)
+        io::detail::fail(path, "has xtpu's key '" + k + "' but no 'xtpu.checkpoint' (its layout): a damaged "
+                               "checkpoint, whose step, loader position and optimizer counts would be lost");
   std::map<std::string, nn::seeds> streams;  // by name: the model's streams the file has
   nn::for_each_stream(model, [&](const std::string& name, const auto&) {
     const std::string key = stream_prefix + name;

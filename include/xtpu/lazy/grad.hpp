@@ -27,6 +27,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -274,13 +275,16 @@ auto loss_tensor(const Loss& loss, xtpu::source_location where) {
 /// on a target, seeds the loss's gradient with 1 and records the gradient statements, last
 /// statement first. The gradient of each target reached is then in grads.
 template <class Loss>
-backward_state backward_begin(const Loss& loss, std::vector<const storage*> targets) {
+backward_state backward_begin(const Loss& loss, std::vector<const storage*> targets, const char* caller) {
   check_loss<typename Loss::value_type, typename Loss::shape_type>();
   const auto& ls = loss.storage_ptr();
   step& s = step::of(*ls->dev);
   if (ls->owner.load(std::memory_order_acquire) != &s)
-    throw error("xtpu: grad: the loss is not pending in this thread's step (a mark_step or a read ran it, and its "
-                "graph with it); record the loss and call grad before mark_step");
+    throw error(std::string("xtpu: ") + caller +
+                ": the loss is not pending in this thread's step (a mark_step or a read — item(), to_host(), "
+                "printing — ran it, and its graph with it); call " + caller +
+                " before mark_step and before reading the loss (read it after the step: loss.item() "
+                "then runs nothing)");
   backward_state state{s, {}, std::move(targets), {}};
 
   // which statements depend on a target: one pass over the wiring, in program order
@@ -363,7 +367,7 @@ std::tuple<typename X::tensor_type...> grad(const Loss& loss, const X&... x) {
   detail::step& s = detail::step::of(*ls->dev);
   const detail::site_scope site(ls->owner.load(std::memory_order_acquire) == &s ? s.statement_at(ls->producer).where
                                                                                : xtpu::source_location{});
-  detail::backward_state state = detail::backward_begin(loss, {x.storage_ptr().get()...});
+  detail::backward_state state = detail::backward_begin(loss, {x.storage_ptr().get()...}, "grad");
   auto result = [&]<class T>(const T& t) {
     if (auto it = state.grads.find(t.storage_ptr().get()); it != state.grads.end())
       return detail::tensor_access::adopt<T>(it->second);
@@ -407,7 +411,7 @@ void backward(const Loss& loss, xtpu::source_location where = xtpu::source_locat
       throw error("xtpu: backward: the loss reads no parameter that requires a gradient (xtpu::nn::parameter); "
                   "use xtpu::grad(loss, x...) for the gradient with respect to plain tensors");
   }
-  detail::backward_state state = detail::backward_begin(loss, std::move(targets));
+  detail::backward_state state = detail::backward_begin(loss, std::move(targets), "backward");
   for (std::size_t i = 0; i < slots.size(); ++i)
     if (auto it = state.grads.find(state.targets[i]); it != state.grads.end()) slots[i]->add(s, *slots[i], it->second);
 }

@@ -6,7 +6,8 @@
 // statement_text and recorded_at (statements by the lines that recorded them) and
 // differences (the lines XTPU_DEBUG and the strict mode print: which statement, which
 // op/dtype/shape, which operand's wiring, which result kept or dropped, which input donated,
-// which storage setting, which device).
+// which storage setting, which device; statements added or taken away between the same
+// statements — found by lining the two steps' roots up from both ends — by their numbers).
 // The signature is laid out by lazy/step.hpp (record_erased, compiled): per statement its
 // fingerprint, a wiring code per leaf, a slot code per scalar; then (from the sketch's `tail`)
 // the liveness bits (64 a word), the donation bits, whether float results are stored as bf16
@@ -112,6 +113,20 @@ inline std::size_t equal_statements(const graph_sketch& a, const std::vector<std
   }
   return n;
 }
+/// How the statements of two steps line up: the longest runs of equal roots (each statement's
+/// first word) at the start and at the end, which do not overlap.
+struct alignment {
+  std::size_t prefix = 0, suffix = 0;
+};
+inline alignment align(const graph_sketch& a, const std::vector<std::uint64_t>& sa, const graph_sketch& b,
+                       const std::vector<std::uint64_t>& sb) {
+  const std::size_t na = a.stmts.size(), nb = b.stmts.size(), n = std::min(na, nb);
+  alignment r;
+  auto same = [&](std::size_t i, std::size_t j) { return sa[a.stmts[i].sig_begin] == sb[b.stmts[j].sig_begin]; };
+  while (r.prefix < n && same(r.prefix, r.prefix)) ++r.prefix;
+  while (r.prefix + r.suffix < n && same(na - 1 - r.suffix, nb - 1 - r.suffix)) ++r.suffix;
+  return r;
+}
 }  // namespace recompile_detail
 
 /// How likely `b` is what `a` was meant to match: statements equal word for word, then the
@@ -154,12 +169,26 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
     limit = std::min<std::size_t>(limit, 3);
   }
   auto statements = [](std::size_t k) { return std::to_string(k) + (k == 1 ? " statement" : " statements"); };
-  if (n_old != n_new) {
+  // statements only added (or only taken away) somewhere, the others the same at both ends: say
+  // which, and compare the ones before them (the ones after read shifted numbers)
+  const alignment al = align(old, so, now, sn);
+  const std::size_t shared = al.prefix + al.suffix;
+  const bool added = n_new > n_old && shared == n_old && shared > 0, gone = n_old > n_new && shared == n_new && shared > 0;
+  if (added) {
+    for (std::size_t k = al.prefix; k < n_new - al.suffix; ++k)
+      say(statement_text(k, now.stmts[k].where) + " (" + describe(now.stmts[k]) + ") is new: the cached graph has " +
+          "the same statements before it" + (al.suffix ? " and after it" : ""));
+  } else if (gone) {
+    for (std::size_t k = al.prefix; k < n_old - al.suffix; ++k)
+      say("the cached graph's " + statement_text(k, old.stmts[k].where) + " (" + describe(old.stmts[k]) +
+          ") is not recorded now; the statements before it " + (al.suffix ? "and after it " : "") + "are the same");
+  } else if (n_old != n_new) {
     say("it has " + statements(n_new) + ", the cached graph " + std::to_string(n_old) +
         (n_new > n_old ? " (from statement " + std::to_string(n_old) + " on: " + describe(now.stmts[n_old]) + ", ...)"
                        : " (statement " + std::to_string(n_new) + " was " + describe(old.stmts[n_new]) + ")"));
   }
-  for (std::size_t i = 0; i < n; ++i) {
+  const std::size_t paired = added || gone ? al.prefix : n;  // statements compared at the same number
+  for (std::size_t i = 0; i < paired; ++i) {
     const auto& a = old.stmts[i];
     const auto& b = now.stmts[i];
     const std::size_t a0 = a.sig_begin, a1 = old.end_of(i);
@@ -182,8 +211,12 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
     if (!wiring && !std::equal(so.begin() + a0, so.begin() + a1, sn.begin() + b0, sn.begin() + b1))
       say(s + " (" + describe(b) + ") uses one scalar node where the cached graph has two, or the other way round");
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    const bool was = bit(so, to, i), is = bit(sn, tn, i);
+  // kept results: the statements compared above, and the shared ones after an addition or a
+  // removal by their own numbers in each graph
+  const std::size_t after = added || gone ? al.suffix : 0;
+  for (std::size_t k = 0; k < paired + after; ++k) {
+    const std::size_t i = k < paired ? k : n_new - after + (k - paired), io = k < paired ? k : n_old - after + (k - paired);
+    const bool was = bit(so, to, io), is = bit(sn, tn, i);
     if (was != is)
       say("the result of " + statement_text(i, now.stmts[i].where) + " (" + describe(now.stmts[i]) + ") is " +
           (is ? "kept (a tensor outside the step holds it); in the cached graph it was dead"

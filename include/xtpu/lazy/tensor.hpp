@@ -302,6 +302,18 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
   std::shared_ptr<detail::storage> storage_;
 };
 
+/// A tensor of an element type xtpu does not have (std::int64_t, double, ...): error E201, once.
+/// Past the error it reads as a tensor of its stand-in (detail::stand_in_t: int32 for an
+/// integer, float otherwise) and takes any constructor's arguments, so what the program does
+/// with it — from_host, cross_entropy of int64 labels, arithmetic — adds no error of its own.
+template <class T, std::size_t... Dims>
+  requires(!element_type<T>)
+class tensor<T, Dims...> : detail::tensor_checks<T, Dims...>, public tensor<detail::stand_in_t<T>, Dims...> {
+ public:
+  template <class... A>
+  tensor(A&&...) {}
+};
+
 // ---- expressions as tensors ------------------------------------------------------------------
 
 namespace detail {
@@ -363,7 +375,8 @@ XTPU_COMPOUND_ASSIGNMENT(/)
 // (each statement shows the caller's line under XTPU_DEBUG)
 template <class T, std::size_t... Dims>
 tensor<T, Dims...> full(T value, xtpu::source_location where = xtpu::source_location::current()) {
-  return {detail::full_node<T, extents<Dims...>>(static_cast<double>(static_cast<compute_t<T>>(value))), where};
+  using U = detail::stand_in_t<T>;  // T itself, unless T is E201's (then that error alone)
+  return {detail::full_node<U, extents<Dims...>>(static_cast<double>(static_cast<compute_t<U>>(value))), where};
 }
 template <class T, std::size_t... Dims>
 tensor<T, Dims...> zeros(xtpu::source_location where = xtpu::source_location::current()) {
@@ -491,17 +504,18 @@ tensor<T, Dims...>::tensor(detail::host_array<E>&& h) {
 /// Prints the values (a sync point): `tensor<f32, 2, 2> {{1, 2}, {3, 4}}`.
 template <class T, std::size_t... Dims>
 std::ostream& operator<<(std::ostream& os, const tensor<T, Dims...>& t) {
+  using V = typename tensor<T, Dims...>::value_type;  // T, or E201's stand-in
   const auto h = t.to_host();
-  os << "tensor<" << dtype_name_v<T>;
+  os << "tensor<" << dtype_name_v<V>;
   ((os << ", " << Dims), ...);
   os << "> ";
   constexpr std::array<std::size_t, sizeof...(Dims)> dims{Dims...};
   const auto strides = detail::strides_of(dims);
-  const T* p = h.data();
+  const V* p = h.data();
   auto print = [&](auto&& self, std::size_t d, std::size_t offset) -> void {
     if (d == dims.size()) {
-      if constexpr (std::is_same_v<T, bool>) os << (p[offset] ? "true" : "false");
-      else if constexpr (std::is_same_v<T, bf16>) os << static_cast<float>(p[offset]);
+      if constexpr (std::is_same_v<V, bool>) os << (p[offset] ? "true" : "false");
+      else if constexpr (std::is_same_v<V, bf16>) os << static_cast<float>(p[offset]);
       else os << +p[offset];
       return;
     }

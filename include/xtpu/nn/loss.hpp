@@ -9,8 +9,8 @@
 //       −inf elsewhere in the row stays out of the loss (and out of the smoothing term, where
 //       PyTorch's gives inf), and an ignored row adds nothing. Both
 //       options are run-time scalars (changing them never recompiles). All labels ignored
-//       gives NaN, as PyTorch; a label outside 0..C−1 other than ignore_index contributes 0
-//       (PyTorch raises; checking would be a host sync).
+//       gives NaN, as PyTorch; a label outside 0..C−1 other than ignore_index makes the loss
+//       NaN (PyTorch raises; a check on the host would be a sync) — its row adds no gradient.
 //   kd_soft_ce(student, teacher, T)   seed 001's distillation loss: −Σ softmax(teacher/T) ·
 //       log_softmax(student/T) over the class axis, mean over the rest, times T², in the seed's
 //       operations: the logits divided by T (a multiply by 1/T rounds otherwise unless T is a
@@ -52,7 +52,13 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
     const auto nll = -sum<-1>(where(is_label, logp, 0.0f));  // picks, so a -inf logit elsewhere stays out
     const auto smooth = -mean<-1>(where(logp >= -std::numeric_limits<float>::max(), logp, 0.0f));  // finite only
     const auto keep = y != o.ignore_index;                                                     // (...)
-    return sum(where(keep, nll + o.label_smoothing * (smooth - nll), 0.0f)) / sum(cast<float>(keep));
+    // 0 <= y <= C - 1 as |y - (C - 1)/2| <= (C - 1)/2: one compare; y and the half are exact floats
+    // (a label of 2^24 or more, rounded, is still far outside)
+    constexpr float half = static_cast<float>(classes - 1) / 2;
+    const auto in_range = abs(cast<float>(y) - half) <= half;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    return sum(where(keep, where(in_range, nll + o.label_smoothing * (smooth - nll), nan), 0.0f)) /
+           sum(cast<float>(keep));
   }
 }
 
