@@ -199,6 +199,32 @@ TEST_F(Debug, AStatementAddedOrTakenAwayIsNamedAlone) {
   EXPECT_TRUE(has(diff, " (relu -> f32[4,8]) is not recorded now; the statements before it are the same\n")) << diff;
   EXPECT_EQ(count(diff, "\n"), 1u) << diff;
   EXPECT_EQ(count(output(), "Compilation Cause"), 3u) << output();
+  {
+    line = __LINE__ + 1;
+    f48 first = xtpu::exp(b);  // added before all the others: it reads b first, so b is input 0 now
+    f48 t = a + b;
+    f48 u = t * a;
+    f48 v = u - b;
+    f48 w = xtpu::relu(v);
+    xtpu::mark_step();
+  }
+  diff = last_differences(output());
+  EXPECT_EQ(diff, "Compilation Analysis:   " + at(0, line) +
+                      " (exp -> f32[4,8]) is new: the cached graph has the same statements after it\n");
+  {
+    f48 t = a + b;
+    f48 e = xtpu::tanh(t);  // added, and the next statement reads an input where it read t
+    line = __LINE__ + 1;
+    f48 u = a * a;
+    f48 v = u - b;
+    f48 w = xtpu::relu(v);
+    xtpu::mark_step();
+  }
+  diff = last_differences(output());
+  EXPECT_TRUE(has(diff, "(tanh -> f32[4,8]) is new: the cached graph has the same statements before it and after it")) << diff;
+  EXPECT_TRUE(has(diff, at(2, line) + " (mul -> f32[4,8]) reads input 0 (a tensor from outside the step) as operand 0, "
+                                      "the cached graph the result of statement ")) << diff;
+  EXPECT_EQ(count(diff, "\n"), 2u) << diff;
 }
 
 TEST_F(Debug, TheBf16StorageSettingIsNamedAsTheDifference) {

@@ -60,11 +60,11 @@ void sweep(std::uint64_t stride, F&& f) {
   for (std::uint64_t u = 0; u < (std::uint64_t{1} << 32); u += stride) f(std::bit_cast<float>(static_cast<std::uint32_t>(u)));
 }
 
-/// Runs body at every ISA setting this CPU has and at 1, 2 and 3 threads; the first run's
-/// output is the reference every other must equal bit for bit.
-// This file's loops are compiled at every lane width (tests/CMakeLists.txt defines
-// XTPU_ALL_LOOP_WIDTHS), so each XTPU_ISA below runs loops of its own width.
+// This file's loops are compiled at every lane width (tests/CMakeLists.txt links it with
+// xtpu::runtime_all_widths, which defines XTPU_ALL_LOOP_WIDTHS), so each XTPU_ISA below runs
+// loops of its own width: the 8-lane ones of an AVX-512 build too.
 static_assert(XTPU_ALL_LOOP_WIDTHS == 1, "tests/CMakeLists.txt builds test_loops with XTPU_ALL_LOOP_WIDTHS=1");
+static_assert(simd::dispatched_v<simd::path::avx2> == simd::compiled_v<simd::path::avx2>);
 
 /// The lane width loops take at ISA setting p of a build with every width.
 simd::path loop_width(xtpu::isa p) {
@@ -73,6 +73,8 @@ simd::path loop_width(xtpu::isa p) {
   return simd::compiled_v<simd::path::avx2> ? simd::path::avx2 : simd::widest_v;
 }
 
+/// Runs body at every ISA setting this CPU has and at 1, 2 and 3 threads; the first run's
+/// output is the reference every other must equal bit for bit.
 void every_path(const std::function<std::vector<float>()>& body) {
   const xtpu::isa isa0 = xtpu::kernels::active_isa();
   const int threads0 = xtpu::kernels::num_threads();

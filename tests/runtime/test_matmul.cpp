@@ -201,8 +201,9 @@ struct sliced_operands {
   }
 };
 
-// Its loops are compiled at every lane width (tests/CMakeLists.txt), so each XTPU_ISA below runs
-// loops of its own width (an AVX-512 build has 8-lane ones too).
+// Its loops are compiled at every lane width (tests/CMakeLists.txt links it with
+// xtpu::runtime_all_widths), so each XTPU_ISA below runs loops of its own width (an AVX-512
+// build has 8-lane ones too).
 static_assert(XTPU_ALL_LOOP_WIDTHS == 1, "tests/CMakeLists.txt builds test_matmul with XTPU_ALL_LOOP_WIDTHS=1");
 
 template <class T>

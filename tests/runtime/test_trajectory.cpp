@@ -146,8 +146,9 @@ TEST(Trajectory, TwentySgdStepsAtHighestPrecisionFollowFloat64) {
   EXPECT_LT(want.losses.back(), 0.5 * want.losses.front());  // the run trains: the check is not vacuous
 }
 
-// Its loops are compiled at every lane width (tests/CMakeLists.txt), so each XTPU_ISA below runs
-// loops of its own width (an AVX-512 build has 8-lane ones too).
+// Its loops are compiled at every lane width (tests/CMakeLists.txt links it with
+// xtpu::runtime_all_widths), so each XTPU_ISA below runs loops of its own width (an AVX-512
+// build has 8-lane ones too).
 static_assert(XTPU_ALL_LOOP_WIDTHS == 1, "tests/CMakeLists.txt builds test_trajectory with XTPU_ALL_LOOP_WIDTHS=1");
 
 TEST(Trajectory, TwentySgdStepsGiveTheSameBitsOnEveryPathThreadCountAndRun) {

@@ -3,7 +3,8 @@
 // Provides: element_type concept (float, bf16, std::int32_t, bool), dtype_v<T> (the stable
 // code that fingerprints use), dtype_name_v<T> (XLA's names: f32, bf16, s32, pred),
 // compute_t<T> (what elementwise math runs in), promote_t<A, B> (binary promotion), the
-// weak-scalar rule for C++ scalars and detail::matmul_value_t (a product's result type).
+// weak-scalar rule for C++ scalars, detail::matmul_value_t (a product's result type) and
+// detail::stand_in_t<T> (what a type that is not an element type reads as past its E201).
 //
 // Promotion rule (docs/dtypes.md), in exactly one place, detail::promote:
 //   same type -> itself; bool < int32 < bf16 < float (the larger one wins).

@@ -293,8 +293,7 @@ constexpr auto where(M&& mask, A&& a, B&& b) {
 template <class T, class E>
 constexpr auto cast(E&& e) {
   check::cast_target<T>();
-  if constexpr (element_type<T>) return detail::make_map<cast_op<T>>(std::forward<E>(e));
-  else return detail::make_map<cast_op<float>>(std::forward<E>(e));
+  return detail::make_map<cast_op<detail::stand_in_t<T>>>(std::forward<E>(e));  // (past E203: T's stand-in)
 }
 
 // ---- structure ----------------------------------------------------------------------------

@@ -107,9 +107,9 @@ inline path active_path() noexcept {
   const isa i = static_cast<isa>(kernels::detail::isa_cell().load(std::memory_order_relaxed));
   if (i == isa::scalar) return path::scalar;
   const bool wide = XTPU_ALL_LOOP_WIDTHS == 0 || i == isa::avx512 || i == isa::avx512bf16;
-  if (wide && compiled_v<path::avx512> && supported(isa::avx512)) return path::avx512;
-  if (compiled_v<path::avx2>) return path::avx2;
-  if (compiled_v<path::sse>) return path::sse;
+  if (wide && dispatched_v<path::avx512> && supported(isa::avx512)) return path::avx512;
+  if (dispatched_v<path::avx2>) return path::avx2;  // (compiled in: the CPU runs it)
+  if (dispatched_v<path::sse>) return path::sse;
   return path::scalar;
 }
 

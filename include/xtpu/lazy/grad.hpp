@@ -18,8 +18,9 @@
 // walk meets them. A tensor no path reaches gets zeros.
 // Shape rule: each gradient has its tensor's shape and dtype (broadcast axes summed).
 // Errors: E601 (the loss is not one floating element), E602 (a gradient with respect to an
-// int32/bool tensor); xtpu::error when backward's loss reads no parameter, when the loss is not pending in this thread's step (computed
-// by an earlier mark_step: its graph is gone) or a gradient would flow into an op without a rule
+// int32/bool tensor); xtpu::error when backward's loss reads no parameter, when the loss is not pending in this thread's step (run
+// by a mark_step or a read — item(), to_host() — and its graph with it: the message names the
+// call, grad or backward) or a gradient would flow into an op without a rule
 // (expr/vjp.hpp) — the gradient statements recorded until then are dropped at the next mark_step.
 #pragma once
 

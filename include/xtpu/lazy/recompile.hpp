@@ -127,14 +127,77 @@ inline alignment align(const graph_sketch& a, const std::vector<std::uint64_t>& 
   while (r.prefix + r.suffix < n && same(na - 1 - r.suffix, nb - 1 - r.suffix)) ++r.suffix;
   return r;
 }
+
+/// The statements of the cached step `a` and the new step `b` compared pair by pair: at the same
+/// number, or — when statements were only added (or only taken away) between the same ones at
+/// both ends — the ones before the change at the same number and the ones after it by their
+/// own numbers in each step. An operand of a statement of `a` then names in `b` the result of
+/// the statement paired with the one it named, the input met at the same place in the pairs'
+/// reads (inputs are numbered by first read), the scalar at the same place (scalars are
+/// numbered in order): `none` where there is no such one (a statement taken away).
+struct pairing {
+  static constexpr std::uint64_t none = ~std::uint64_t{0};
+  bool shifted = false;               // statements added (or taken away): the rest paired from both ends
+  std::size_t before = 0, after = 0;  // pairs at the same number; pairs after the change
+  std::size_t na = 0, nb = 0;
+  std::vector<std::uint64_t> result, input, scalar;  // a's numbers -> b's
+
+  std::size_t pairs() const noexcept { return before + after; }
+  /// Pair k: the statement's number in a, then in b.
+  std::pair<std::size_t, std::size_t> at(std::size_t k) const noexcept {
+    return k < before ? std::pair{k, k} : std::pair{na - after + (k - before), nb - after + (k - before)};
+  }
+  /// Operand code c of a's as b's (none: no counterpart).
+  std::uint64_t wire(std::uint64_t c) const noexcept {
+    const std::uint64_t j = code_index(c);
+    if (is_step_output(c)) return result[j] == none ? none : step_output_code(static_cast<std::uint32_t>(result[j]));
+    return j < input.size() && input[j] != none ? external_code(static_cast<std::uint32_t>(input[j])) : none;
+  }
+};
+/// Scalars of statement i of g (its words after the root and the operands).
+inline std::size_t scalars_of(const graph_sketch& g, std::size_t i) {
+  return g.end_of(i) - g.stmts[i].sig_begin - 1 - g.stmts[i].n_leaves;
+}
+inline pairing pair_up(const graph_sketch& a, const std::vector<std::uint64_t>& sa, const graph_sketch& b,
+                       const std::vector<std::uint64_t>& sb) {
+  pairing p;
+  p.na = a.stmts.size(), p.nb = b.stmts.size();
+  const alignment al = align(a, sa, b, sb);
+  const std::size_t shared = al.prefix + al.suffix;
+  p.shifted = shared > 0 && p.na != p.nb && shared == std::min(p.na, p.nb);
+  if (p.shifted) p.before = al.prefix, p.after = al.suffix;
+  else p.before = std::min(p.na, p.nb);
+  std::vector<std::uint64_t> base_a(p.na + 1, 0), base_b(p.nb + 1, 0);  // each statement's first scalar
+  for (std::size_t i = 0; i < p.na; ++i) base_a[i + 1] = base_a[i] + scalars_of(a, i);
+  for (std::size_t i = 0; i < p.nb; ++i) base_b[i + 1] = base_b[i] + scalars_of(b, i);
+  p.result.assign(p.na, pairing::none);
+  p.scalar.assign(base_a[p.na], pairing::none);
+  p.input.assign(a.n_external, pairing::none);
+  std::vector<bool> taken(b.n_external, false);
+  for (std::size_t k = 0; k < p.pairs(); ++k) {
+    const auto [io, i] = p.at(k);
+    p.result[io] = i;
+    for (std::size_t t = 0; t < std::min(scalars_of(a, io), scalars_of(b, i)); ++t) p.scalar[base_a[io] + t] = base_b[i] + t;
+    for (std::uint32_t l = 0; l < std::min(a.stmts[io].n_leaves, b.stmts[i].n_leaves); ++l) {
+      const std::uint64_t ca = sa[a.stmts[io].sig_begin + 1 + l], cb = sb[b.stmts[i].sig_begin + 1 + l];
+      if (is_step_output(ca) || is_step_output(cb)) continue;
+      const std::uint64_t x = code_index(ca), y = code_index(cb);
+      if (p.input[x] == pairing::none && !taken[y]) p.input[x] = y, taken[y] = true;  // the first read of each
+    }
+  }
+  return p;
+}
 }  // namespace recompile_detail
 
-/// How likely `b` is what `a` was meant to match: statements equal word for word, then the
-/// nearer statement count.
+/// How likely `b` is what `a` was meant to match: statements equal word for word at the same
+/// number, or the statements they share at both ends when some were added or taken away, then
+/// the nearer statement count.
 inline std::pair<std::size_t, std::size_t> closeness(const graph_sketch& a, const std::vector<std::uint64_t>& sa,
                                                      const graph_sketch& b, const std::vector<std::uint64_t>& sb) {
   const std::size_t na = a.stmts.size(), nb = b.stmts.size();
-  return {recompile_detail::equal_statements(a, sa, b, sb), SIZE_MAX - (na > nb ? na - nb : nb - na)};
+  const recompile_detail::pairing p = recompile_detail::pair_up(a, sa, b, sb);
+  return {std::max(recompile_detail::equal_statements(a, sa, b, sb), p.shifted ? p.pairs() : 0),
+          SIZE_MAX - (na > nb ? na - nb : nb - na)};
 }
 
 /// How a step differs from a cached one: the lines, at most `limit` (fewer when `unrelated`:
@@ -163,35 +226,35 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
         std::string(use_bf16_setting.setter) + ") is " + (is ? "on" : "off") +
         " now: float results are stored " + (is ? "rounded to bf16" : "as f32") + ", in the cached graph " +
         (was ? "rounded to bf16" : "as f32"));
-  const std::size_t n_old = old.stmts.size(), n_new = now.stmts.size(), n = std::min(n_old, n_new);
-  if (recompile_detail::equal_statements(old, so, now, sn) == 0 && std::max(n_old, n_new) > 1) {
+  const std::size_t n_old = old.stmts.size(), n_new = now.stmts.size();
+  const pairing pr = pair_up(old, so, now, sn);
+  if (recompile_detail::equal_statements(old, so, now, sn) == 0 && !pr.shifted && std::max(n_old, n_new) > 1) {
     diff.unrelated = true;
     limit = std::min<std::size_t>(limit, 3);
   }
   auto statements = [](std::size_t k) { return std::to_string(k) + (k == 1 ? " statement" : " statements"); };
-  // statements only added (or only taken away) somewhere, the others the same at both ends: say
-  // which, and compare the ones before them (the ones after read shifted numbers)
-  const alignment al = align(old, so, now, sn);
-  const std::size_t shared = al.prefix + al.suffix;
-  const bool added = n_new > n_old && shared == n_old && shared > 0, gone = n_old > n_new && shared == n_new && shared > 0;
-  if (added) {
-    for (std::size_t k = al.prefix; k < n_new - al.suffix; ++k)
-      say(statement_text(k, now.stmts[k].where) + " (" + describe(now.stmts[k]) + ") is new: the cached graph has " +
-          "the same statements before it" + (al.suffix ? " and after it" : ""));
-  } else if (gone) {
-    for (std::size_t k = al.prefix; k < n_old - al.suffix; ++k)
+  // statements only added (or only taken away) between the same ones at both ends: each named
+  // alone, the ones around it compared as pairs below
+  const std::string around = std::string(pr.before ? "before it" : "") + (pr.before && pr.after ? " and " : "") +
+                             (pr.after ? "after it" : "");
+  if (pr.shifted && n_new > n_old) {
+    for (std::size_t k = pr.before; k < n_new - pr.after; ++k)
+      say(statement_text(k, now.stmts[k].where) + " (" + describe(now.stmts[k]) +
+          ") is new: the cached graph has the same statements " + around);
+  } else if (pr.shifted) {
+    for (std::size_t k = pr.before; k < n_old - pr.after; ++k)
       say("the cached graph's " + statement_text(k, old.stmts[k].where) + " (" + describe(old.stmts[k]) +
-          ") is not recorded now; the statements before it " + (al.suffix ? "and after it " : "") + "are the same");
+          ") is not recorded now; the statements " + around + " are the same");
   } else if (n_old != n_new) {
     say("it has " + statements(n_new) + ", the cached graph " + std::to_string(n_old) +
         (n_new > n_old ? " (from statement " + std::to_string(n_old) + " on: " + describe(now.stmts[n_old]) + ", ...)"
                        : " (statement " + std::to_string(n_new) + " was " + describe(old.stmts[n_new]) + ")"));
   }
-  const std::size_t paired = added || gone ? al.prefix : n;  // statements compared at the same number
-  for (std::size_t i = 0; i < paired; ++i) {
-    const auto& a = old.stmts[i];
+  for (std::size_t k = 0; k < pr.pairs(); ++k) {
+    const auto [io, i] = pr.at(k);
+    const auto& a = old.stmts[io];
     const auto& b = now.stmts[i];
-    const std::size_t a0 = a.sig_begin, a1 = old.end_of(i);
+    const std::size_t a0 = a.sig_begin, a1 = old.end_of(io);
     const std::size_t b0 = b.sig_begin, b1 = now.end_of(i);
     const std::string s = statement_text(i, b.where);
     if (so[a0] != sn[b0]) {
@@ -202,30 +265,32 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
     }
     bool wiring = false;
     for (std::uint32_t l = 0; l < b.n_leaves && !wiring; ++l) {
-      if (so[a0 + 1 + l] != sn[b0 + 1 + l]) {
+      if (pr.wire(so[a0 + 1 + l]) != sn[b0 + 1 + l]) {
         say(s + " (" + describe(b) + ") reads " + wiring_text(sn[b0 + 1 + l]) + " as operand " + std::to_string(l) +
             ", the cached graph " + wiring_text(so[a0 + 1 + l]));
         wiring = true;
       }
     }
-    if (!wiring && !std::equal(so.begin() + a0, so.begin() + a1, sn.begin() + b0, sn.begin() + b1))
+    bool scalars = a1 - a0 == b1 - b0;
+    for (std::size_t w = a0 + 1 + a.n_leaves; scalars && w < a1; ++w)
+      scalars = so[w] < pr.scalar.size() && pr.scalar[so[w]] == sn[b0 + (w - a0)];
+    if (!wiring && !scalars)
       say(s + " (" + describe(b) + ") uses one scalar node where the cached graph has two, or the other way round");
   }
-  // kept results: the statements compared above, and the shared ones after an addition or a
-  // removal by their own numbers in each graph
-  const std::size_t after = added || gone ? al.suffix : 0;
-  for (std::size_t k = 0; k < paired + after; ++k) {
-    const std::size_t i = k < paired ? k : n_new - after + (k - paired), io = k < paired ? k : n_old - after + (k - paired);
+  for (std::size_t k = 0; k < pr.pairs(); ++k) {  // kept results, pair by pair
+    const auto [io, i] = pr.at(k);
     const bool was = bit(so, to, io), is = bit(sn, tn, i);
     if (was != is)
       say("the result of " + statement_text(i, now.stmts[i].where) + " (" + describe(now.stmts[i]) + ") is " +
           (is ? "kept (a tensor outside the step holds it); in the cached graph it was dead"
               : "dead (nothing outside the step holds it); in the cached graph it was kept"));
   }
-  for (std::uint32_t x = 0; x < std::min(old.n_external, now.n_external); ++x) {
-    const bool was = bit(so, old.donation, x), is = bit(sn, now.donation, x);
+  for (std::uint32_t x = 0; x < old.n_external; ++x) {  // inputs, each by its number in each step
+    const std::uint64_t y = pr.input[x];
+    if (y == pairing::none) continue;
+    const bool was = bit(so, old.donation, x), is = bit(sn, now.donation, y);
     if (was != is)
-      say("input " + std::to_string(x) + (is ? " may be overwritten in place now (only the step holds it)"
+      say("input " + std::to_string(y) + (is ? " may be overwritten in place now (only the step holds it)"
                                               : " may not be overwritten in place now (another handle to it is alive)"));
   }
   if (more) out.push_back("... and " + std::to_string(more) + " more");

@@ -79,8 +79,8 @@ inline constexpr bool tape_default = true;
 #endif
 /// The rule of a differentiable statement recorded where XTPU_NO_AUTODIFF was defined.
 [[noreturn]] inline void rule_not_compiled(step&, std::uint32_t, const std::shared_ptr<storage>&, backward_state&) {
-  throw error("xtpu: grad: a statement on the loss's path was recorded in a translation unit built with "
-              "XTPU_NO_AUTODIFF, so it keeps no gradient rule; build that file without it");
+  throw error("xtpu: grad or backward: a statement on the loss's path was recorded in a translation unit built "
+              "with XTPU_NO_AUTODIFF, so it keeps no gradient rule; build that file without it");
 }
 
 /// Host copies up to this size are xt::xtensor_fixed (on the stack, no allocation); larger
@@ -179,7 +179,7 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
     requires(!std::is_same_v<tensor<U, D...>, tensor>)
   tensor(const tensor<U, D...>&) : tensor() {
     check::assign<extents<D...>, shape_type>();
-    check::assign_dtype<U, T>();
+    check::assign_dtype<detail::stand_in_t<U>, T>();  // (a U of E201's: that error alone)
   }
   /// From host data whose shape is only known at run time (`from_host(xarray)`, an xt::adapt
   /// view, ...): shape_error if it differs. Only where from_host is written (E503 otherwise).

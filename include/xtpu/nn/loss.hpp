@@ -52,10 +52,8 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
     const auto nll = -sum<-1>(where(is_label, logp, 0.0f));  // picks, so a -inf logit elsewhere stays out
     const auto smooth = -mean<-1>(where(logp >= -std::numeric_limits<float>::max(), logp, 0.0f));  // finite only
     const auto keep = y != o.ignore_index;                                                     // (...)
-    // 0 <= y <= C - 1 as |y - (C - 1)/2| <= (C - 1)/2: one compare; y and the half are exact floats
-    // (a label of 2^24 or more, rounded, is still far outside)
-    constexpr float half = static_cast<float>(classes - 1) / 2;
-    const auto in_range = abs(cast<float>(y) - half) <= half;
+    // 0 <= y < C, in int32 (exact for any y and C): y < C where y >= 0, else y > 0 (false there)
+    const auto in_range = where(y >= 0, y < static_cast<std::int32_t>(classes), y > 0);
     const float nan = std::numeric_limits<float>::quiet_NaN();
     return sum(where(keep, where(in_range, nll + o.label_smoothing * (smooth - nll), nan), 0.0f)) /
            sum(cast<float>(keep));
