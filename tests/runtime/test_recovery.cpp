@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <thread>
 
 using namespace xtpu_test;
 
@@ -75,6 +76,28 @@ TEST_F(Recovery, OutOfMemoryThenFreeMemoryThenRetry) {
   ballast.reset();  // 1 MiB freed
   xtpu::mark_step();
   EXPECT_EQ(host(y)[7], -3.0);
+}
+
+/// The outputs are allocated, then the arena of temporaries: when only the arena does not fit,
+/// the outputs' buffers go back (nothing of the failed run stays in use) and the step stays
+/// pending.
+TEST_F(Recovery, OutOfMemoryForTheArenaGivesBackTheOutputs) {
+  std::thread([&] {  // a thread of its own: a fresh step arena (this one's may be large already)
+    xtpu::tensor<float, 64, 1000> x = xtpu::full<float, 64, 1000>(1.0f);
+    xtpu::mark_step();
+    const std::uint64_t before = dev.bytes_in_use();
+    // the column sums are a temporary: the one output (64 x 1000 floats) fits, the arena not
+    xtpu::tensor<float, 64, 1000> y = xtpu::softmax<1>(x) * xtpu::sum<0>(xtpu::square(x));
+    room_for(64 * 1000 * sizeof(float));
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      EXPECT_THROW(xtpu::mark_step(), xtpu::out_of_memory);
+      EXPECT_EQ(dev.bytes_in_use(), before) << "the failed run still holds its output";
+      EXPECT_TRUE(y.pending());
+    }
+    room_for(mib);
+    xtpu::mark_step();
+    EXPECT_NEAR(host(y)[4321], 64.0 / 1000.0, 1e-6);  // softmax of equal logits: 1/1000 each, times 64 rows of 1
+  }).join();
 }
 
 TEST_F(Recovery, KernelFailureThenDropThenRetry) {

@@ -691,10 +691,8 @@ class step {
     const int pid = trace_pid();
     trace::detail::span traced("execute", "execute", pid);
     const kernels::detail::job_tag_scope tag(pid);  // pool work is traced on this chip's track
-    // 1. every allocation first: a throw here leaves the step pending and intact
-    auto& buffers = buffers_;
-    buffers.clear();
-    buffers.reserve(p.stmts.size());
+    // 1. every allocation first: a throw here leaves the step pending and intact (run() takes
+    // back what the outputs got)
     req_of_.clear();
     req_bytes_.clear();
     req_charged_.clear();
@@ -716,21 +714,16 @@ class step {
     }
     req_ptrs_.assign(req_bytes_.size(), nullptr);
     chip_->allocate_n(req_bytes_.size(), req_bytes_.data(), req_charged_.data(), "step output", req_ptrs_.data());
-    for (const std::int32_t r : req_of_) {  // no throw in this loop: buffers has room
-      if (r < 0) {
-        buffers.emplace_back();
-      } else {
+    for (std::size_t i = 0; i < p.stmts.size(); ++i)  // no throw: adopting a block takes nothing
+      if (const std::int32_t r = req_of_[i]; r >= 0) {
         const auto k = static_cast<std::size_t>(r);
-        buffers.emplace_back(device_buffer::adopt_t{}, *chip_, req_ptrs_[k], req_bytes_[k], req_charged_[k]);
+        output(p, i).buffer = device_buffer(device_buffer::adopt_t{}, *chip_, req_ptrs_[k], req_bytes_[k], req_charged_[k]);
       }
-    }
     if (arena_.bytes() < p.arena_bytes) {
       arena_grown_ = true;
       arena_ = device_buffer();
       arena_ = device_buffer(*chip_, p.arena_bytes, "step arena (temporaries)");
     }
-    for (std::size_t i = 0; i < p.stmts.size(); ++i) output(p, i).buffer = std::move(buffers[i]);
-    buffers.clear();
     // 2. run, statement by statement (a multi-output loop: its statements block by block)
     leaf_ptrs_.resize(p.leaf_slots);
     leaf_versions_.resize(p.leaf_slots);
@@ -910,7 +903,6 @@ class step {
   std::vector<std::uint32_t> inner_refs_;  // per statement: the step's own leaves and links holding its output
   std::vector<const storage*> prev_links_;  // values of earlier steps that this step's results replaced
   std::vector<char> read_by_live_;         // per statement: a live later statement reads it
-  std::vector<device_buffer> buffers_;
   std::vector<std::int32_t> req_of_;                   // per live statement: its allocation request, -1 if donated
   std::vector<std::size_t> req_bytes_, req_charged_;  // the step's output allocations (chip::allocate_n)
   std::vector<void*> req_ptrs_;
@@ -1149,7 +1141,6 @@ XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
   } catch (...) {
     for (auto& o : outputs_)  // outputs are fresh storages: nothing but this run gave them memory
       if (o) o->buffer = device_buffer();
-    buffers_.clear();
     if (arena_grown_) arena_ = device_buffer();  // grown for this run: give it back
     undo_compiled(g0);
     throw;
