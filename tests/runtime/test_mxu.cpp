@@ -428,16 +428,17 @@ TEST(Mxu, TransposedOperandsSmallRowsAndCachedPackingOnEveryPath) {
 }
 
 // A weight read again by a product of at most small_rows_max rows (batch-1 inference) is
-// cached as bf16 bits, half the bytes (mxu::detail::packs_half), and widened in the kernel:
-// the same bits as the reference on every path and thread count — whole and partial panels,
-// K across k blocks (256 per block), f32 and bf16 weights.
+// cached on the FMA paths as bf16 bits, half the bytes (mxu::detail::packs_half), and widened
+// in the kernel (the avx512bf16 path caches its pairs and runs its strips): the same bits as
+// the reference on every path and thread count — whole and partial panels, K across k blocks
+// (256 per block), f32 and bf16 weights.
 TEST(Mxu, HalfPackedWeightsOfSmallRowProductsGiveTheSameBits) {
   using xtpu::mxu::detail::packs_half;
   EXPECT_TRUE(packs_half(isa::avx512, 1, 512));
   EXPECT_TRUE(packs_half(isa::avx2, 5, 13));
   EXPECT_FALSE(packs_half(isa::avx512, 6, 512));   // the 12-row tiles read f32 slots
   EXPECT_FALSE(packs_half(isa::avx512, 1, 16));    // narrow: its own kernel
-  EXPECT_FALSE(packs_half(isa::avx512bf16, 1, 512));  // (pass() hands these to avx512 first)
+  EXPECT_FALSE(packs_half(isa::avx512bf16, 1, 512));  // its pairs are 2 bytes a value already
   EXPECT_FALSE(packs_half(isa::scalar, 1, 512));
   std::mt19937 rng(1234);
   auto& cache = xtpu::mxu::detail::packed_cache::instance();
@@ -651,7 +652,7 @@ TEST(Mxu, NarrowKernelsMatchTheReference) {
 // (mxu::detail::kernel_path), and a column that sums to -0 only if an odd K's padding is -0.
 namespace {
 void expect_pairs_pass(std::size_t M, std::size_t N, std::size_t K, int form, std::uint64_t version, std::mt19937& rng) {
-  ASSERT_EQ(xtpu::mxu::detail::kernel_path(isa::avx512bf16, M, N), isa::avx512bf16);
+  ASSERT_EQ(xtpu::mxu::detail::kernel_path(isa::avx512bf16, N), isa::avx512bf16);
   const bool bf16 = form & 1, a_t = form & 2;  // operands bf16; A transposed (else B)
   auto a = random_matrix(M * K, rng, version % 3 == 0), b = random_matrix(K * N, rng, version % 4 == 1);
   // C's first and last rows at columns 0 and N - 1 (one in a whole block of 16 columns, one
@@ -698,11 +699,10 @@ void expect_pairs_pass(std::size_t M, std::size_t N, std::size_t K, int form, st
 }  // namespace
 
 TEST(Mxu, PairPackingMatchesTheReference) {
-  using xtpu::mxu::detail::kernel_path;  // the pair kernel's own shapes start at 6 rows and 17 columns
-  EXPECT_EQ(kernel_path(isa::avx512bf16, 6, 17), isa::avx512bf16);
-  EXPECT_EQ(kernel_path(isa::avx512bf16, 5, 17), isa::avx512);
-  EXPECT_EQ(kernel_path(isa::avx512bf16, 6, 16), isa::avx512);
-  EXPECT_EQ(kernel_path(isa::avx2, 1, 1), isa::avx2);
+  using xtpu::mxu::detail::kernel_path;  // the pair kernels' own shapes: 17 columns and more
+  EXPECT_EQ(kernel_path(isa::avx512bf16, 17), isa::avx512bf16);  // any rows: tiles and 1..5-row strips
+  EXPECT_EQ(kernel_path(isa::avx512bf16, 16), isa::avx512);
+  EXPECT_EQ(kernel_path(isa::avx2, 1), isa::avx2);
   std::mt19937 rng(512);
   auto& cache = xtpu::mxu::detail::packed_cache::instance();
   cache.clear();
@@ -712,11 +712,19 @@ TEST(Mxu, PairPackingMatchesTheReference) {
   std::size_t n = 0;
   for (std::size_t K : {1, 2, 3, 31, 32, 33, 34, 63, 64, 65, 511, 512, 513, 1025})
     for (int form = 0; form < 4; ++form, ++n) expect_pairs_pass(shapes[n % 6][0], shapes[n % 6][1], K, form, ++version, rng);
+  // the strips of 1..5 rows (a batch-1 forward): whole and partial panels, 6 panels and more
+  // in a row (two calls of the one-row strip), across the 512-value k block
+  const std::size_t strips[][2] = {{1, 17}, {2, 64}, {3, 33}, {4, 100}, {5, 32}, {1, 250}};
+  n = 0;
+  for (std::size_t K : {1, 3, 33, 64, 513, 1025})
+    for (int form = 0; form < 4; ++form, ++n) expect_pairs_pass(strips[n % 6][0], strips[n % 6][1], K, form, ++version, rng);
   // 2 threads for real (4 MFLOP and up): rows past a 192-row block split over threads, and
   // columns split over threads (N / 32 >= M / 12)
   for (std::size_t K : {513, 1025})
     for (int form = 0; form < 4; ++form) {
       expect_pairs_pass(200, 40, K, form, ++version, rng);
+      expect_pairs_pass(197, 40, K, form, ++version, rng);  // at 1 thread its last 5 rows are a strip
+      if (K == 1025) expect_pairs_pass(5, 400, K, form, ++version, rng);  // a strip split by columns over 2 threads
       expect_pairs_pass(24, 200, K, form, ++version, rng);
     }
   EXPECT_GT(cache.hits(), hits);

@@ -12,8 +12,8 @@
 //   * the FMA paths (scalar, avx2, avx512) visit k in the pair order 1, 0, 3, 2, ... —
 //     packing stores k that way — and run under MXCSR FTZ|DAZ; a product of two bf16 values
 //     is exact in f32, so fma(a, b, acc) is vdpbf16ps's own step;
-//   * the avx512bf16 path packs bf16 pairs and runs vdpbf16ps itself (odd K: the missing
-//     element is -0 x +0, an exact identity);
+//   * the avx512bf16 path packs bf16 pairs and runs vdpbf16ps itself, in 12-row tiles and
+//     1..5-row strips (odd K: the missing element is -0 x +0, an exact identity);
 //   * blocking over K keeps k in order (the f32 accumulator is stored and reloaded, exactly);
 //     threads split M or N, never K;
 //   * a narrow output from a transposed a (detail::runs_transposed) is computed as
@@ -92,9 +92,9 @@ constexpr std::size_t pair_order(std::size_t t, std::size_t kc) noexcept {
   return s < kc ? s : t;
 }
 
-/// Blocks of at most this many rows, and a block's last rows past its whole tiles when there
-/// are at most this many, run the FMA paths' small-rows kernels (every row of the tile useful)
-/// rather than a 12- or 6-row tile.
+/// Blocks of at most this many rows, and on the FMA paths a block's last rows past its whole
+/// tiles when there are at most this many, run the small-rows kernels (every row of the tile
+/// useful; on the pair path micro_avx512bf16_small) rather than a 12- or 6-row tile.
 inline constexpr std::size_t small_rows_max = 5;
 
 struct blocking {
@@ -1212,6 +1212,85 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::
 #undef XTPU_MXU_DECL
 #undef XTPU_MXU_ROWS
 
+/// The pair twin of micro_avx512_small: R rows (1..small_rows_max, a batch-1 forward) x P
+/// panels of 32 columns of bf16 pairs (panel p at b + p * bstride), one vdpbf16ps per pair and
+/// 16 columns as micro_avx512bf16 does — the same operations per element in the same order,
+/// so the same bits — with P accumulator chains per row and no padding rows (the 12-row tile
+/// computed 7 of 12 rows of zeros for a batch of 5, 11 for a batch of 1).
+template <int R, int P>
+__attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16_small(std::size_t pairs, const std::uint32_t* a,
+                                                                               const std::uint32_t* b, std::size_t bstride,
+                                                                               float* c, std::size_t ldc, bool first) noexcept {
+  __m512 acc[R][P][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < P; ++q)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) acc[r][q][h] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + q * 32 + h * 16);
+  for (std::size_t t = 0; t < pairs; ++t) {
+#pragma GCC unroll 8
+    for (int q = 0; q < P; ++q) {
+      const std::uint32_t* bp = b + q * bstride + t * 32;
+      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512bh x = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * pairs + t]));
+        acc[r][q][0] = _mm512_dpbf16_ps(acc[r][q][0], x, b0);
+        acc[r][q][1] = _mm512_dpbf16_ps(acc[r][q][1], x, b1);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < P; ++q)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(c + r * ldc + q * 32 + h * 16, acc[r][q][h]);
+}
+
+/// R rows x full_panels panels of 32 columns of pairs, P panels per call (small_rows_r's
+/// split: the rest in one call with as many chains as panels).
+template <int R>
+inline void small_pairs_r(std::size_t pairs, const std::uint32_t* a, const std::uint32_t* b, std::size_t full_panels,
+                          float* c, std::size_t ldc, bool first) noexcept {
+  constexpr int P = small_panels(R);
+  const std::size_t bstride = 32 * pairs;
+  auto micro = [&]<int Q>(std::size_t q) {
+    micro_avx512bf16_small<R, Q>(pairs, a, b + q * bstride, bstride, c + q * 32, ldc, first);
+  };
+  std::size_t q = 0;
+  for (; q + P <= full_panels; q += P) micro.template operator()<P>(q);
+  const std::size_t rest = full_panels - q;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((rest == I + 1 ? micro.template operator()<static_cast<int>(I) + 1>(q) : void()), ...);
+  }(std::make_index_sequence<static_cast<std::size_t>(P - 1)>{});
+}
+
+/// rows (1..small_rows_max) rows of C x full_panels panels of 32 columns, from A packed as
+/// rows of `pairs` pairs and B as pair panels; `cols` < 32: one panel of which only the first
+/// cols columns are C's (through a local tile, as small_rows_partial).
+inline void small_pairs_pass(std::size_t rows, std::size_t pairs, const std::uint32_t* a, const std::uint32_t* b,
+                             std::size_t full_panels, float* c, std::size_t ldc, bool first, std::size_t cols = 32) noexcept {
+  alignas(64) float local[small_rows_max * 32] = {};
+  float* dst = c;
+  std::size_t ld = ldc;
+  if (cols < 32) {
+    dst = local, ld = 32, full_panels = 1;
+    if (!first)
+      for (std::size_t i = 0; i < rows; ++i) std::memcpy(local + i * 32, c + i * ldc, cols * sizeof(float));
+  }
+  switch (rows) {
+    case 1: small_pairs_r<1>(pairs, a, b, full_panels, dst, ld, first); break;
+    case 2: small_pairs_r<2>(pairs, a, b, full_panels, dst, ld, first); break;
+    case 3: small_pairs_r<3>(pairs, a, b, full_panels, dst, ld, first); break;
+    case 4: small_pairs_r<4>(pairs, a, b, full_panels, dst, ld, first); break;
+    default: small_pairs_r<5>(pairs, a, b, full_panels, dst, ld, first);
+  }
+  if (cols < 32)
+    for (std::size_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, local + i * 32, cols * sizeof(float));
+}
+
 /// One k slot of a narrow tile: A's slot at `at` in each group (broadcast over the chunks)
 /// times B's Q vectors at bt, into the accumulators.
 template <int G, int Q>
@@ -1489,16 +1568,24 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
       const bool last = pc + kc == K;
       for (std::size_t ic = m0; ic < m1; ic += bk.mc) {
         const std::size_t mc = std::min(bk.mc, m1 - ic);
+        // fewer rows than a tile (batch-1 inference): all panels at once, 1..5 rows
+        bool small_rows = false;
 #if XTPU_X86
+        small_rows = mc <= small_rows_max && !bk.narrow &&
+                     ((path == isa::avx2 && mc < bk.mr) || path == isa::avx512 || path == isa::avx512bf16);
         if (bk.narrow) pack_a_groups(path, a, ic, mc, pc, kc, bk.mr, abuf.data());
         else
 #endif
-          pack_a(path, a, ic, mc, pc, kc, bk.mr, pairs, abuf.data());
-        bool small_rows = false;
+          pack_a(path, a, ic, mc, pc, kc, small_rows && pairs ? mc : bk.mr, pairs, abuf.data());  // (a strip: no padding rows)
 #if XTPU_X86
-        // fewer rows than a tile (batch-1 inference): all panels at once, 1..5 rows
-        small_rows = mc <= small_rows_max && !bk.narrow && ((path == isa::avx2 && mc < bk.mr) || path == isa::avx512);
-        if (small_rows) {
+        if (small_rows && pairs) {
+          const auto* ap = reinterpret_cast<const std::uint32_t*>(abuf.data());
+          const auto* bp = reinterpret_cast<const std::uint32_t*>(bblock);
+          const std::size_t full = nc / bk.nr;
+          float* cb = c + ic * ldc + jc;
+          small_pairs_pass(mc, slots, ap, bp, full, cb, ldc, pc == 0);
+          if (nc % bk.nr) small_pairs_pass(mc, slots, ap, bp + full * bk.nr * slots, 1, cb + full * bk.nr, ldc, pc == 0, nc % bk.nr);
+        } else if (small_rows) {
           const std::size_t full = nc / bk.nr;
           float* cb = c + ic * ldc + jc;
           if (bhalf) {
@@ -1564,13 +1651,13 @@ inline bool runs_transposed(isa path, const matrix_view& a, std::size_t M, std::
   return N < nr && M >= 2 * nr;
 }
 
-/// The path pass() runs: `path`, except that the avx512bf16 path's one kernel (12 x 32 tiles
-/// of vdpbf16ps) hands a narrow output (N <= 16) or a short one (M <= small_rows_max) to the
-/// avx512 path, whose narrow and small-rows kernels pad less. The two paths give the same
-/// bits (docs/mxu.md), so this only moves time: measured on Zen 5, 128x512x10 13.2 us on
-/// avx512 vs 15.8 on vdpbf16ps, 4x784x512 72 vs 76 us, 6x784x512 102 vs 77 us.
-inline isa kernel_path(isa path, std::size_t M, std::size_t N) noexcept {
-  return path == isa::avx512bf16 && (N <= 16 || M <= small_rows_max) ? isa::avx512 : path;
+/// The path pass() runs: `path`, except that the avx512bf16 path, whose kernels are 12 x 32
+/// tiles and 1..5-row strips of 32 columns of vdpbf16ps, hands a narrow output (N <= 16) to
+/// the avx512 path, whose narrow kernels pad less. The two paths give the same bits
+/// (docs/mxu.md), so this only moves time: measured on Zen 5, 128x512x10 13.2 us on avx512 vs
+/// 15.8 on vdpbf16ps.
+inline isa kernel_path(isa path, std::size_t N) noexcept {
+  return path == isa::avx512bf16 && N <= 16 ? isa::avx512 : path;
 }
 
 /// Packed B operands kept between calls, keyed by what the caller says identifies the
@@ -1773,7 +1860,7 @@ XTPU_RUNTIME_INLINE void pass(const matrix_view& a, const matrix_view& b, float*
     if (ep) ep->fn(ep->ctx, 0, 0, M, N);
     return;
   }
-  path = detail::kernel_path(path, M, N);
+  path = detail::kernel_path(path, N);
   if (!detail::runs_transposed(path, a, M, N)) return detail::pass_blocked(a, b, c, ldc, M, N, K, path, threads, ep, b_version);
   // c^T (N, M) = b^T a^T into a scratch (N * M floats, N under 16), then laid into c: M on the
   // vector lanes instead of a panel mostly padding. Each element is the same fma chain over k
