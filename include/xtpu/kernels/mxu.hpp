@@ -1035,6 +1035,30 @@ __attribute__((target("avx512f"), always_inline)) inline void load_row(const std
   hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
+/// The R x P x 2 accumulators of a small-rows kernel (V: __m256 or __m512; panel q's halves
+/// at columns (2q + h) x lanes of row r of C, rows ldc apart): zeroed or loaded from C, and
+/// stored back. Plain copies, no intrinsics, so that one pair serves every target.
+template <int R, int P, class V>
+__attribute__((always_inline)) inline void small_acc_begin(V (&acc)[R][P][2], const float* c, std::size_t ldc,
+                                                           bool first) noexcept {
+  constexpr std::size_t lanes = sizeof(V) / sizeof(float);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < 2 * P; ++v) {
+      if (first) acc[r][v / 2][v % 2] = V{};
+      else std::memcpy(&acc[r][v / 2][v % 2], c + r * ldc + v * lanes, sizeof(V));
+    }
+}
+template <int R, int P, class V>
+__attribute__((always_inline)) inline void small_acc_end(const V (&acc)[R][P][2], float* c, std::size_t ldc) noexcept {
+  constexpr std::size_t lanes = sizeof(V) / sizeof(float);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < 2 * P; ++v) std::memcpy(c + r * ldc + v * lanes, &acc[r][v / 2][v % 2], sizeof(V));
+}
+
 /// R rows (fewer than a tile's 6: a batch-1 forward) x P panels of 16 columns (panel p at
 /// b + p * bstride, stored as Bt: f32 or bf16 bits): the same fma per element in the same k
 /// order as micro_avx2, with P independent accumulator chains per row so that one row does
@@ -1044,12 +1068,7 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2_small(std::size_t kc,
                                                                 std::size_t bstride, float* c, std::size_t ldc,
                                                                 bool first) noexcept {
   __m256 acc[R][P][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < P; ++q)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) acc[r][q][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(c + r * ldc + q * 16 + h * 8);
+  small_acc_begin(acc, c, ldc, first);
   for (std::size_t t = 0; t < kc; ++t) {
 #pragma GCC unroll 8
     for (int q = 0; q < P; ++q) {
@@ -1063,12 +1082,7 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2_small(std::size_t kc,
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < P; ++q)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(c + r * ldc + q * 16 + h * 8, acc[r][q][h]);
+  small_acc_end(acc, c, ldc);
 }
 
 /// Panels per call of micro_avx2_small<R, P>: 12 accumulators or fewer.
@@ -1115,12 +1129,7 @@ __attribute__((target("avx512f"))) inline void micro_avx512_small(std::size_t kc
                                                                 std::size_t bstride, float* c, std::size_t ldc,
                                                                 bool first) noexcept {
   __m512 acc[R][P][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < P; ++q)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) acc[r][q][h] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + q * 32 + h * 16);
+  small_acc_begin(acc, c, ldc, first);
   for (std::size_t t = 0; t < kc; ++t) {
 #pragma GCC unroll 8
     for (int q = 0; q < P; ++q) {
@@ -1134,57 +1143,7 @@ __attribute__((target("avx512f"))) inline void micro_avx512_small(std::size_t kc
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < P; ++q)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(c + r * ldc + q * 32 + h * 16, acc[r][q][h]);
-}
-
-/// R rows x full_panels panels of NR columns (16: AVX2, 32: AVX-512), P panels per call.
-template <int R, std::size_t NR, class Bt>
-inline void small_rows_r(std::size_t kc, const float* a, const Bt* b, std::size_t full_panels, float* c,
-                         std::size_t ldc, bool first) noexcept {
-  constexpr int P = small_panels(R);
-  const std::size_t bstride = NR * kc;
-  auto micro = [&]<int Q>(std::size_t q) {
-    if constexpr (NR == 16) micro_avx2_small<R, Q>(kc, a, b + q * bstride, bstride, c + q * NR, ldc, first);
-    else micro_avx512_small<R, Q>(kc, a, b + q * bstride, bstride, c + q * NR, ldc, first);
-  };
-  std::size_t q = 0;
-  for (; q + P <= full_panels; q += P) micro.template operator()<P>(q);
-  // the rest in one call: as many accumulator chains as there are panels (one panel alone
-  // waits on FMA latency: 16 panels as 6 + 6 + 1 x 4 took a fifth of a batch-1 forward)
-  const std::size_t rest = full_panels - q;
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((rest == I + 1 ? micro.template operator()<static_cast<int>(I) + 1>(q) : void()), ...);
-  }(std::make_index_sequence<static_cast<std::size_t>(P - 1)>{});
-}
-
-/// rows (1..small_rows_max) rows of C x full_panels panels of NR columns, from packed A (rows of kc) and B.
-template <std::size_t NR, class Bt>
-inline void small_rows_pass(std::size_t rows, std::size_t kc, const float* a, const Bt* b, std::size_t full_panels,
-                            float* c, std::size_t ldc, bool first) noexcept {
-  switch (rows) {
-    case 1: return small_rows_r<1, NR>(kc, a, b, full_panels, c, ldc, first);
-    case 2: return small_rows_r<2, NR>(kc, a, b, full_panels, c, ldc, first);
-    case 3: return small_rows_r<3, NR>(kc, a, b, full_panels, c, ldc, first);
-    case 4: return small_rows_r<4, NR>(kc, a, b, full_panels, c, ldc, first);
-    default: return small_rows_r<5, NR>(kc, a, b, full_panels, c, ldc, first);
-  }
-}
-
-/// small_rows_pass on one panel of which only the first `cols` columns are C's (the rest
-/// is packing's zero padding): through a local tile, as tile() does for partial tiles.
-template <std::size_t NR, class Bt>
-inline void small_rows_partial(std::size_t rows, std::size_t kc, const float* a, const Bt* b, float* c,
-                               std::size_t ldc, std::size_t cols, bool first) noexcept {
-  alignas(64) float local[small_rows_max * NR] = {};  // (the padding lanes: defined, never copied out)
-  if (!first)
-    for (std::size_t i = 0; i < rows; ++i) std::memcpy(local + i * NR, c + i * ldc, cols * sizeof(float));
-  small_rows_pass<NR>(rows, kc, a, b, 1, local, NR, first);
-  for (std::size_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, local + i * NR, cols * sizeof(float));
+  small_acc_end(acc, c, ldc);
 }
 
 __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16(std::size_t pairs, const std::uint32_t* a,
@@ -1222,12 +1181,7 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16_small
                                                                                const std::uint32_t* b, std::size_t bstride,
                                                                                float* c, std::size_t ldc, bool first) noexcept {
   __m512 acc[R][P][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < P; ++q)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) acc[r][q][h] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + r * ldc + q * 32 + h * 16);
+  small_acc_begin(acc, c, ldc, first);
   for (std::size_t t = 0; t < pairs; ++t) {
 #pragma GCC unroll 8
     for (int q = 0; q < P; ++q) {
@@ -1241,54 +1195,69 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16_small
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int q = 0; q < P; ++q)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) _mm512_storeu_ps(c + r * ldc + q * 32 + h * 16, acc[r][q][h]);
+  small_acc_end(acc, c, ldc);
 }
 
-/// R rows x full_panels panels of 32 columns of pairs, P panels per call (small_rows_r's
-/// split: the rest in one call with as many chains as panels).
-template <int R>
-inline void small_pairs_r(std::size_t pairs, const std::uint32_t* a, const std::uint32_t* b, std::size_t full_panels,
-                          float* c, std::size_t ldc, bool first) noexcept {
+/// The small-rows kernels, as small_rows_block runs them: A packed as rows of `depth` 4-byte
+/// slots (k values; on the pair path pairs of them), B as panels of strip_width x depth
+/// elements (f32 slots, bf16 bits or bf16 pairs).
+enum class strips { fma_avx2, fma_avx512, pairs_avx512bf16 };
+template <strips Kernel>
+inline constexpr std::size_t strip_width = Kernel == strips::fma_avx2 ? 16 : 32;
+
+/// R rows x full_panels panels of strip_width<Kernel> columns, P panels per call.
+template <int R, strips Kernel, class At, class Bt>
+inline void small_rows_r(std::size_t depth, const At* a, const Bt* b, std::size_t full_panels, float* c,
+                         std::size_t ldc, bool first) noexcept {
   constexpr int P = small_panels(R);
-  const std::size_t bstride = 32 * pairs;
+  constexpr std::size_t nr = strip_width<Kernel>;
+  const std::size_t bstride = nr * depth;
   auto micro = [&]<int Q>(std::size_t q) {
-    micro_avx512bf16_small<R, Q>(pairs, a, b + q * bstride, bstride, c + q * 32, ldc, first);
+    const Bt* bq = b + q * bstride;
+    float* cq = c + q * nr;
+    if constexpr (Kernel == strips::fma_avx2) micro_avx2_small<R, Q>(depth, a, bq, bstride, cq, ldc, first);
+    else if constexpr (Kernel == strips::fma_avx512) micro_avx512_small<R, Q>(depth, a, bq, bstride, cq, ldc, first);
+    else micro_avx512bf16_small<R, Q>(depth, a, bq, bstride, cq, ldc, first);
   };
   std::size_t q = 0;
   for (; q + P <= full_panels; q += P) micro.template operator()<P>(q);
+  // the rest in one call: as many accumulator chains as there are panels (one panel alone
+  // waits on FMA latency: 16 panels as 6 + 6 + 1 x 4 took a fifth of a batch-1 forward)
   const std::size_t rest = full_panels - q;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     ((rest == I + 1 ? micro.template operator()<static_cast<int>(I) + 1>(q) : void()), ...);
   }(std::make_index_sequence<static_cast<std::size_t>(P - 1)>{});
 }
 
-/// rows (1..small_rows_max) rows of C x full_panels panels of 32 columns, from A packed as
-/// rows of `pairs` pairs and B as pair panels; `cols` < 32: one panel of which only the first
-/// cols columns are C's (through a local tile, as small_rows_partial).
-inline void small_pairs_pass(std::size_t rows, std::size_t pairs, const std::uint32_t* a, const std::uint32_t* b,
-                             std::size_t full_panels, float* c, std::size_t ldc, bool first, std::size_t cols = 32) noexcept {
-  alignas(64) float local[small_rows_max * 32] = {};
-  float* dst = c;
-  std::size_t ld = ldc;
-  if (cols < 32) {
-    dst = local, ld = 32, full_panels = 1;
-    if (!first)
-      for (std::size_t i = 0; i < rows; ++i) std::memcpy(local + i * 32, c + i * ldc, cols * sizeof(float));
-  }
+/// rows (1..small_rows_max) rows of C x full_panels panels of strip_width<Kernel> columns.
+template <strips Kernel, class At, class Bt>
+inline void small_rows_pass(std::size_t rows, std::size_t depth, const At* a, const Bt* b, std::size_t full_panels,
+                            float* c, std::size_t ldc, bool first) noexcept {
   switch (rows) {
-    case 1: small_pairs_r<1>(pairs, a, b, full_panels, dst, ld, first); break;
-    case 2: small_pairs_r<2>(pairs, a, b, full_panels, dst, ld, first); break;
-    case 3: small_pairs_r<3>(pairs, a, b, full_panels, dst, ld, first); break;
-    case 4: small_pairs_r<4>(pairs, a, b, full_panels, dst, ld, first); break;
-    default: small_pairs_r<5>(pairs, a, b, full_panels, dst, ld, first);
+    case 1: return small_rows_r<1, Kernel>(depth, a, b, full_panels, c, ldc, first);
+    case 2: return small_rows_r<2, Kernel>(depth, a, b, full_panels, c, ldc, first);
+    case 3: return small_rows_r<3, Kernel>(depth, a, b, full_panels, c, ldc, first);
+    case 4: return small_rows_r<4, Kernel>(depth, a, b, full_panels, c, ldc, first);
+    default: return small_rows_r<5, Kernel>(depth, a, b, full_panels, c, ldc, first);
   }
-  if (cols < 32)
-    for (std::size_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, local + i * 32, cols * sizeof(float));
+}
+
+/// rows (1..small_rows_max) rows x cols columns of C on Kernel: the whole panels, then the
+/// last one, of which only the first cols % nr columns are C's (the rest is packing's zero
+/// padding), through a local tile as tile() does for partial tiles.
+template <strips Kernel, class At, class Bt>
+inline void small_rows_block(std::size_t rows, std::size_t depth, const At* a, const Bt* b, std::size_t cols, float* c,
+                             std::size_t ldc, bool first) noexcept {
+  constexpr std::size_t nr = strip_width<Kernel>;
+  const std::size_t full = cols / nr, part = cols % nr;
+  small_rows_pass<Kernel>(rows, depth, a, b, full, c, ldc, first);
+  if (!part) return;
+  c += full * nr;
+  alignas(64) float local[small_rows_max * nr] = {};  // (the padding lanes: defined, never copied out)
+  if (!first)
+    for (std::size_t i = 0; i < rows; ++i) std::memcpy(local + i * nr, c + i * ldc, part * sizeof(float));
+  small_rows_pass<Kernel>(rows, depth, a, b + full * nr * depth, 1, local, nr, first);
+  for (std::size_t i = 0; i < rows; ++i) std::memcpy(c + i * ldc, local + i * nr, part * sizeof(float));
 }
 
 /// One k slot of a narrow tile: A's slot at `at` in each group (broadcast over the chunks)
@@ -1566,43 +1535,34 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
         bblock = bbuf.data();
       }
       const bool last = pc + kc == K;
+#if XTPU_X86
+      // rows (1..small_rows_max) of C at cb x the block's nc columns, from packed A at ap: the
+      // path's small-rows kernel over every panel
+      const auto strip = [&](std::size_t rows, const float* ap, float* cb) {
+        const bool first = pc == 0;
+        if (pairs)
+          small_rows_block<strips::pairs_avx512bf16>(rows, slots, reinterpret_cast<const std::uint32_t*>(ap),
+                                                    reinterpret_cast<const std::uint32_t*>(bblock), nc, cb, ldc, first);
+        else if (path == isa::avx2 && bhalf) small_rows_block<strips::fma_avx2>(rows, kc, ap, bhalf, nc, cb, ldc, first);
+        else if (path == isa::avx2) small_rows_block<strips::fma_avx2>(rows, kc, ap, bblock, nc, cb, ldc, first);
+        else if (bhalf) small_rows_block<strips::fma_avx512>(rows, kc, ap, bhalf, nc, cb, ldc, first);
+        else small_rows_block<strips::fma_avx512>(rows, kc, ap, bblock, nc, cb, ldc, first);
+      };
+#endif
       for (std::size_t ic = m0; ic < m1; ic += bk.mc) {
         const std::size_t mc = std::min(bk.mc, m1 - ic);
-        // fewer rows than a tile (batch-1 inference): all panels at once, 1..5 rows
-        bool small_rows = false;
 #if XTPU_X86
-        small_rows = mc <= small_rows_max && !bk.narrow &&
-                     ((path == isa::avx2 && mc < bk.mr) || path == isa::avx512 || path == isa::avx512bf16);
+        // fewer rows than a tile (batch-1 inference): all panels at once, 1..5 rows
+        const bool small_rows = mc <= small_rows_max && !bk.narrow &&
+                                ((path == isa::avx2 && mc < bk.mr) || path == isa::avx512 || pairs);
         if (bk.narrow) pack_a_groups(path, a, ic, mc, pc, kc, bk.mr, abuf.data());
         else
+#else
+        constexpr bool small_rows = false;
 #endif
           pack_a(path, a, ic, mc, pc, kc, small_rows && pairs ? mc : bk.mr, pairs, abuf.data());  // (a strip: no padding rows)
 #if XTPU_X86
-        if (small_rows && pairs) {
-          const auto* ap = reinterpret_cast<const std::uint32_t*>(abuf.data());
-          const auto* bp = reinterpret_cast<const std::uint32_t*>(bblock);
-          const std::size_t full = nc / bk.nr;
-          float* cb = c + ic * ldc + jc;
-          small_pairs_pass(mc, slots, ap, bp, full, cb, ldc, pc == 0);
-          if (nc % bk.nr) small_pairs_pass(mc, slots, ap, bp + full * bk.nr * slots, 1, cb + full * bk.nr, ldc, pc == 0, nc % bk.nr);
-        } else if (small_rows) {
-          const std::size_t full = nc / bk.nr;
-          float* cb = c + ic * ldc + jc;
-          if (bhalf) {
-            if (path == isa::avx2) small_rows_pass<16>(mc, kc, abuf.data(), bhalf, full, cb, ldc, pc == 0);
-            else small_rows_pass<32>(mc, kc, abuf.data(), bhalf, full, cb, ldc, pc == 0);
-            if (nc % bk.nr) {
-              const std::uint16_t* last_panel = bhalf + full * bk.nr * slots;
-              if (path == isa::avx2) small_rows_partial<16>(mc, kc, abuf.data(), last_panel, cb + full * bk.nr, ldc, nc % bk.nr, pc == 0);
-              else small_rows_partial<32>(mc, kc, abuf.data(), last_panel, cb + full * bk.nr, ldc, nc % bk.nr, pc == 0);
-            }
-          } else {
-            if (path == isa::avx2) small_rows_pass<16>(mc, kc, abuf.data(), bblock, full, cb, ldc, pc == 0);
-            else small_rows_pass<32>(mc, kc, abuf.data(), bblock, full, cb, ldc, pc == 0);
-            if (nc % bk.nr)
-              tile(path, bk, kc, abuf.data(), bblock + full * bk.nr * slots, cb + full * bk.nr, ldc, mc, nc % bk.nr, pc == 0);
-          }
-        }
+        if (small_rows) strip(mc, abuf.data(), c + ic * ldc + jc);
 #endif
         if (!small_rows) {
           // the last rows of a block short of a tile, on the FMA paths: the small-rows kernels
@@ -1621,15 +1581,8 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
             }
           }
 #if XTPU_X86
-          if (rest) {  // its packed rows are the last panel's first, kc apart (slots = kc off the pair path)
-            const float* ap = abuf.data() + tiled * slots;
-            const std::size_t full = nc / bk.nr;
-            float* cb = c + (ic + tiled) * ldc + jc;
-            if (path == isa::avx2) small_rows_pass<16>(rest, kc, ap, bblock, full, cb, ldc, pc == 0);
-            else small_rows_pass<32>(rest, kc, ap, bblock, full, cb, ldc, pc == 0);
-            if (nc % bk.nr)
-              tile(path, bk, kc, ap, bblock + full * bk.nr * slots, cb + full * bk.nr, ldc, rest, nc % bk.nr, pc == 0);
-          }
+          // its packed rows are the last panel's first, kc apart (slots = kc off the pair path)
+          if (rest) strip(rest, abuf.data() + tiled * slots, c + (ic + tiled) * ldc + jc);
 #endif
         }
         // the finished block (mc rows of nc, in L2): whole rows stream through the epilogue
