@@ -254,15 +254,17 @@ class chip {
   /// mark) and the error one allocate after another would throw — out_of_memory counting the
   /// batch's earlier requests as in use.
   void allocate_n(std::size_t n, const std::size_t* bytes, const std::size_t* charged, std::string_view what, void** out) {
-    {
+    try {
       std::lock_guard lock(mu_);
       std::size_t done = 0;
       try {
-        for (; done < n; ++done) out[done] = take_locked(bytes[done], charged[done], what);
+        for (; done < n; ++done) out[done] = take_locked(bytes[done], charged[done]);
       } catch (...) {
         while (done-- > 0) untake_locked(out[done], bytes[done], charged[done]);
         throw;
       }
+    } catch (const over_capacity& e) {
+      throw out_of_memory(oom_message(e, what));  // formatted with the lock given back
     }
     for (std::size_t i = 0; i < n; ++i) {
       if (out[i] || (out[i] = std::aligned_alloc(64, block_size(bytes[i])))) continue;
@@ -298,11 +300,20 @@ class chip {
 
  private:
   static std::size_t block_size(std::size_t bytes) noexcept { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
-  /// Charges one request (out_of_memory past the capacity, nothing changed) and returns a
+  /// What out_of_memory names, read under mu_ and formatted after it (waiters spin meanwhile).
+  struct over_capacity {
+    std::size_t bytes;
+    std::uint64_t now, cap, hbm;
+    double fraction;
+    std::vector<std::size_t> largest;  // the largest live buffers, largest first
+  };
+  /// Charges one request (over_capacity past the capacity, nothing changed) and returns a
   /// cached block of its size, or null when the caller must allocate one. Holds mu_.
-  void* take_locked(std::size_t bytes, std::size_t charged, std::string_view what) {
-    const std::uint64_t cap = capacity(), now = in_use_.load(std::memory_order_relaxed);
-    if (now + charged > cap) throw out_of_memory(oom_message(charged, what, now, cap));
+  void* take_locked(std::size_t bytes, std::size_t charged) {
+    const std::uint64_t hbm = hbm_bytes(), now = in_use_.load(std::memory_order_relaxed);
+    const double fraction = memory_fraction();
+    const std::uint64_t cap = capacity_of(hbm, fraction);
+    if (now + charged > cap) throw over_capacity{charged, now, cap, hbm, fraction, largest_locked(5)};
     ++live_[charged];  // may throw: nothing is changed yet
     ++live_count_;
     in_use_.store(now + charged, std::memory_order_relaxed);
@@ -342,7 +353,7 @@ class chip {
     if (auto* count = live_.find(bytes); count != nullptr && *count > 0) --*count;
     --live_count_;
   }
-  std::string oom_message(std::size_t bytes, std::string_view what, std::uint64_t now, std::uint64_t cap) const;
+  std::string oom_message(const over_capacity& e, std::string_view what) const;
 
   const generation* gen_;
   int index_;
@@ -358,14 +369,13 @@ class chip {
 };
 
 #if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
-XTPU_RUNTIME_INLINE std::string chip::oom_message(std::size_t bytes, std::string_view what, std::uint64_t now, std::uint64_t cap) const {
-  const std::vector<std::size_t> largest = largest_locked(5);
+XTPU_RUNTIME_INLINE std::string chip::oom_message(const over_capacity& e, std::string_view what) const {
   std::ostringstream os;
-  os << "xtpu: out of HBM on " << name() << ": allocating " << format_bytes(bytes) << " (" << what << ") with "
-     << format_bytes(now) << " in use would pass " << format_bytes(cap) << " (memory_fraction "
-     << memory_fraction() << " x " << format_bytes(hbm_bytes()) << "); largest live buffers:";
-  for (auto b : largest) os << ' ' << format_bytes(b);
-  if (largest.empty()) os << " none";
+  os << "xtpu: out of HBM on " << name() << ": allocating " << format_bytes(e.bytes) << " (" << what << ") with "
+     << format_bytes(e.now) << " in use would pass " << format_bytes(e.cap) << " (memory_fraction "
+     << e.fraction << " x " << format_bytes(e.hbm) << "); largest live buffers:";
+  for (auto b : e.largest) os << ' ' << format_bytes(b);
+  if (e.largest.empty()) os << " none";
   return os.str();
 }
 #endif  // XTPU_RUNTIME_BODIES
