@@ -1768,14 +1768,23 @@ class packed_cache {
 }  // namespace detail
 
 namespace detail {
+/// The threads (at most `threads`) a product c (M, N) = a (M, K) b (K, N) is split over: ~10 us
+/// of work each at least, counted in flops or, for a product of few rows (a batch-1 forward:
+/// bound by reading b, not by its flops), in b's values streamed — 128 Ki of them (256 KB as
+/// bf16) each. Split by columns, each core streams its own part of b from its own L2 (the
+/// seeds' batch-1 forward on 2 threads: median 15.4 us against 18.3 on one, docs/mxu.md).
+inline int threads_for(std::size_t M, std::size_t N, std::size_t K, int threads) noexcept {
+  const double flops = 2.0 * double(M) * double(N) * double(K), streamed = double(K) * double(N);
+  return static_cast<int>(std::min<double>(threads, std::max({1.0, flops / 2e6, streamed / double(1 << 17)})));
+}
+
 /// pass() on the blocked kernels, as laid out (pass's arguments, M, N, K > 0).
 inline void pass_blocked(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M,
                          std::size_t N, std::size_t K, isa path, int threads, const epilogue* ep,
                          std::uint64_t b_version) {
   const blocking bk = blocking_of(path, N);
   // split the longer of M and N into whole micro-tiles; never split K
-  const double flops = 2.0 * double(M) * double(N) * double(K);
-  int t = static_cast<int>(std::min<double>(threads, std::max(1.0, flops / 2e6)));  // ~10 us of work each at least
+  int t = threads_for(M, N, K, threads);
   const bool split_n = N / bk.nr >= M / bk.mr;
   const std::size_t units = split_n ? (N + bk.nr - 1) / bk.nr : (M + bk.mr - 1) / bk.mr;
   t = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(t, 1)), units));
