@@ -308,7 +308,8 @@ class chip {
     std::vector<std::size_t> largest;  // the largest live buffers, largest first
   };
   /// Charges one request (over_capacity past the capacity, nothing changed) and returns a
-  /// cached block of its size, or null when the caller must allocate one. Holds mu_.
+  /// cached block of its size, or null when the caller must allocate one. Holds mu_; only
+  /// allocate_n calls it (and turns over_capacity into out_of_memory).
   void* take_locked(std::size_t bytes, std::size_t charged) {
     const std::uint64_t hbm = hbm_bytes(), now = in_use_.load(std::memory_order_relaxed);
     const double fraction = memory_fraction();

@@ -1085,7 +1085,7 @@ __attribute__((target("avx2,fma"))) inline void micro_avx2_small(std::size_t kc,
   small_acc_end(acc, c, ldc);
 }
 
-/// Panels per call of micro_avx2_small<R, P>: 12 accumulators or fewer.
+/// Panels per call of a small-rows kernel of R rows: 12 accumulators or fewer.
 constexpr int small_panels(int rows) noexcept { return rows == 1 ? 6 : rows == 2 ? 3 : rows == 3 ? 2 : 1; }
 
 
@@ -1204,6 +1204,9 @@ __attribute__((target("avx512f,avx512bf16"))) inline void micro_avx512bf16_small
 enum class strips { fma_avx2, fma_avx512, pairs_avx512bf16 };
 template <strips Kernel>
 inline constexpr std::size_t strip_width = Kernel == strips::fma_avx2 ? 16 : 32;
+static_assert(strip_width<strips::fma_avx2> == blocking_for(isa::avx2).nr &&
+              strip_width<strips::fma_avx512> == blocking_for(isa::avx512).nr &&
+              strip_width<strips::pairs_avx512bf16> == blocking_for(isa::avx512bf16).nr);
 
 /// R rows x full_panels panels of strip_width<Kernel> columns, P panels per call.
 template <int R, strips Kernel, class At, class Bt>
@@ -1527,7 +1530,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
       const std::size_t slots = pairs ? (kc + 1) / 2 : kc;  // 4-byte slots per row/col of a panel
       const float* bblock = nullptr;  // the panels of columns [jc, jc + nc)
       const std::size_t at = (pc / bk.kc) * block_floats + (jc / bk.nr) * bk.b_width() * slots;
-      const std::uint16_t* bhalf = packed.half ? packed.half + at : nullptr;
+      [[maybe_unused]] const std::uint16_t* bhalf = packed.half ? packed.half + at : nullptr;
       if (packed.f32) {
         bblock = packed.f32 + at;
       } else if (!packed.half) {
@@ -1770,8 +1773,8 @@ class packed_cache {
 namespace detail {
 /// The threads (at most `threads`) a product c (M, N) = a (M, K) b (K, N) is split over: ~10 us
 /// of work each at least, counted in flops or, for a product of few rows (a batch-1 forward:
-/// bound by reading b, not by its flops), in b's values streamed — 128 Ki of them (256 KB as
-/// bf16) each. Split by columns, each core streams its own part of b from its own L2 (the
+/// bound by reading b, its weights, not by its flops), in b's values streamed — 128 Ki of them
+/// (256 KB as bf16) each. Split by columns, each core streams its own part of b from its own L2 (the
 /// seeds' batch-1 forward on 2 threads: median 15.4 us against 18.3 on one, docs/mxu.md).
 inline int threads_for(std::size_t M, std::size_t N, std::size_t K, int threads) noexcept {
   const double flops = 2.0 * double(M) * double(N) * double(K), streamed = double(K) * double(N);
