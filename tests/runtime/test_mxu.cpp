@@ -441,7 +441,7 @@ TEST(Mxu, HalfPackedWeightsOfSmallRowProductsGiveTheSameBits) {
   EXPECT_FALSE(packs_half(isa::avx512bf16, 1, 512));  // its pairs are 2 bytes a value already
   EXPECT_FALSE(packs_half(isa::scalar, 1, 512));
   // a batch-1 forward's products split by the weights they stream (M 1, N 512, K 784 below
-  // runs on 2 threads by columns, each on a half packing's own panels); its head does not
+  // runs on 2 threads by columns, each on its own panels of the cached packing); its head does not
   using xtpu::mxu::detail::threads_for;
   EXPECT_EQ(threads_for(1, 512, 784, 2), 2);
   EXPECT_EQ(threads_for(1, 512, 512, 4), 2);
