@@ -371,6 +371,26 @@ TEST(Checkpoint, ASaveBeforeTheFirstStepOrAfterAnAssignmentResumesToo) {
   }
 }
 
+TEST(Checkpoint, ASaveIsOneSyncPointWhateverItReads) {
+  // before the first step every optimizer state is zeros not made yet, and fc1.bias's new
+  // value is pending: the file's tensors are read after one run of all of them (when each was
+  // read as it was listed, each pending one was a step of its own)
+  small_mlp m = xtpu::nn::init<small_mlp>(3);
+  xtpu::optim::adamw opt(m, {.lr = 1e-2f});
+  m.fc1.bias = xtpu::full<bf16, 8>(bf16(0.25f));
+  const auto runs = xtpu::metrics::counter("SyncPointExecutions");
+  xtpu::io::save(scratch("one_sync.safetensors").string(), m, opt);
+  EXPECT_EQ(xtpu::metrics::counter("SyncPointExecutions"), runs + 1);
+  EXPECT_FALSE(m.fc1.bias.pending());
+  small_mlp back = xtpu::nn::init<small_mlp>(99);
+  xtpu::optim::adamw back_opt(back, {.lr = 1e-2f});
+  xtpu::io::load(scratch("one_sync.safetensors").string(), back, back_opt);
+  EXPECT_EQ(values(back), values(m));
+  const auto again = xtpu::metrics::counter("SyncPointExecutions");
+  xtpu::io::save(scratch("one_sync.safetensors").string(), m);  // nothing pending: no run
+  EXPECT_EQ(xtpu::metrics::counter("SyncPointExecutions"), again);
+}
+
 TEST(Checkpoint, AFileWithoutXtpusMetadataLoadsItsTensorsAndOurKeysAreOurs) {
   // a state_dict as torch's safetensors writes it: the tensors, no __metadata__
   small_mlp a = xtpu::nn::init<small_mlp>(4);

@@ -1,6 +1,7 @@
 // xtpu/io/checkpoint.hpp — a model (and its optimizer, and where training was) in a safetensors file.
 //
-// Provides: io::save(path, model[, opt], info) and io::load(path, model[, opt]) -> info;
+// Provides: io::save(path, model[, opt], info) (one sync point, at the caller's line) and
+// io::load(path, model[, opt]) -> info;
 // checkpoint_info (the training step, the loader's position, the user's own strings);
 // io::optimizer (what save and load take as an optimizer).
 // Layout: each parameter under its reflection name ("fc1.weight", nn::parameter_names), in
@@ -34,6 +35,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -47,6 +49,7 @@
 #include "xtpu/io/safetensors.hpp"
 #include "xtpu/lazy/tensor.hpp"
 #include "xtpu/nn/module.hpp"
+#include "xtpu/source_location.hpp"
 
 namespace xtpu::io {
 
@@ -66,16 +69,26 @@ std::vector<std::size_t> shape_of(const tensor<T, D...>&) {
   return {D...};
 }
 
-/// Host copies of tensors and the records that point into them (kept alive together).
+/// The tensors a file will hold: add() keeps a handle to each (its value shared, nothing
+/// read), read(where) copies them all to the host — one sync point for the whole file, at the
+/// caller's line: the first read runs what is pending (the zeros of optimizer state not made
+/// yet among it), the others find it done. Then `records` point into `owned`.
 struct staged {
   std::vector<std::vector<std::byte>> owned;
   std::vector<stored_tensor> records;
+  std::vector<std::function<void(const xtpu::source_location&)>> reads;
   template <class T, std::size_t... D>
-  void add(const std::string& name, const tensor<T, D...>& t) {
-    const auto h = t.to_host();
-    const auto* p = reinterpret_cast<const std::byte*>(h.data());
-    owned.emplace_back(p, p + sizeof(T) * tensor<T, D...>::size);
-    records.push_back({name, safetensors_dtype_v<T>, {D...}, owned.back()});
+  void add(const std::string& name, const tensor<T, D...>& value) {
+    reads.emplace_back([this, name, t = tensor<T, D...>(value)](const xtpu::source_location& where) {
+      const auto h = t.to_host(where);
+      const auto* p = reinterpret_cast<const std::byte*>(h.data());
+      owned.emplace_back(p, p + sizeof(T) * tensor<T, D...>::size);
+      records.push_back({name, safetensors_dtype_v<T>, {D...}, owned.back()});
+    });
+  }
+  void read(const xtpu::source_location& where) {
+    for (auto& r : reads) r(where);
+    reads.clear();
   }
 };
 
@@ -133,7 +146,8 @@ inline std::int64_t to_int(const std::string& text, const std::string& key, cons
 }
 
 template <class Model, class Opt>
-void save_impl(const std::string& path, const Model& model, Opt* opt, const checkpoint_info& info) {
+void save_impl(const std::string& path, const Model& model, Opt* opt, const checkpoint_info& info,
+               const xtpu::source_location& where) {
   staged out;
   nn::for_each_parameter(model, [&](const std::string& name, const auto& p) { out.add(name, p); });
   for (const auto& [k, v] : info.user)
@@ -156,6 +170,7 @@ void save_impl(const std::string& path, const Model& model, Opt* opt, const chec
       meta["xtpu.optimizer.step_of"] = nlohmann::json(steps).dump();
     }
   }
+  out.read(where);
   write_safetensors(path, out.records, meta);
 }
 
@@ -265,15 +280,18 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
 }
 }  // namespace detail
 
-/// Writes model's parameters (and info) to `path` as safetensors, atomically.
+/// Writes model's parameters (and info) to `path` as safetensors, atomically: one sync point,
+/// counted (XTPU_DEBUG) at the caller's line.
 template <class Model>
-void save(const std::string& path, const Model& model, const checkpoint_info& info = {}) {
-  detail::save_impl<Model, void>(path, model, nullptr, info);
+void save(const std::string& path, const Model& model, const checkpoint_info& info = {},
+          xtpu::source_location where = xtpu::source_location::current()) {
+  detail::save_impl<Model, void>(path, model, nullptr, info, where);
 }
 /// The same, with the optimizer's state and step counters.
 template <class Model, optimizer Opt>
-void save(const std::string& path, const Model& model, Opt& opt, const checkpoint_info& info = {}) {
-  detail::save_impl(path, model, &opt, info);
+void save(const std::string& path, const Model& model, Opt& opt, const checkpoint_info& info = {},
+          xtpu::source_location where = xtpu::source_location::current()) {
+  detail::save_impl(path, model, &opt, info, where);
 }
 /// Reads `path` into model (and opt): all or nothing; returns where training was.
 template <class Model>
