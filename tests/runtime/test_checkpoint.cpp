@@ -391,6 +391,49 @@ TEST(Checkpoint, ASaveIsOneSyncPointWhateverItReads) {
   EXPECT_EQ(xtpu::metrics::counter("SyncPointExecutions"), again);
 }
 
+TEST(Checkpoint, AFrozenParameterWithoutStateHasNoOptimizerEntries) {
+  // fc1 frozen from the start (a LoRA base): the file holds its weights and no moments or
+  // master copy for it; a run resumed from it, fc1 frozen again, continues bit for bit
+  small_mlp whole = xtpu::nn::init<small_mlp>(3);
+  xtpu::nn::requires_grad(whole.fc1, false);
+  xtpu::optim::adamw whole_opt(whole, {.lr = 1e-2f});
+  train(whole, whole_opt, 2);
+  const std::string path = scratch("frozen.safetensors").string();
+  xtpu::io::save(path, whole, whole_opt);
+  {
+    const auto f = xtpu::io::safetensors_file::read(path);
+    EXPECT_NE(f.find("fc1.weight"), nullptr);
+    EXPECT_NE(f.find("optimizer.head.weight.exp_avg"), nullptr);
+    for (const char* name : {"optimizer.fc1.weight.exp_avg", "optimizer.fc1.weight.exp_avg_sq", "optimizer.fc1.weight.master",
+                             "optimizer.fc1.bias.exp_avg"})
+      EXPECT_EQ(f.find(name), nullptr) << name;
+  }
+  small_mlp resumed = xtpu::nn::init<small_mlp>(99);
+  xtpu::nn::requires_grad(resumed.fc1, false);
+  xtpu::optim::adamw opt(resumed, {.lr = 1e-2f});
+  xtpu::io::load(path, resumed, opt);
+  train(whole, whole_opt, 3);
+  train(resumed, opt, 3);
+  EXPECT_EQ(values(resumed), values(whole));
+
+  // a file saved while fc1 trained has its state; a model that freezes fc1 does not read it
+  small_mlp trained = xtpu::nn::init<small_mlp>(3);
+  xtpu::optim::adamw trained_opt(trained, {.lr = 1e-2f});
+  train(trained, trained_opt, 2);
+  xtpu::io::save(path, trained, trained_opt);
+  small_mlp frozen = xtpu::nn::init<small_mlp>(99);
+  xtpu::nn::requires_grad(frozen.fc1, false);
+  xtpu::optim::adamw frozen_opt(frozen, {.lr = 1e-2f});
+  EXPECT_NO_THROW(xtpu::io::load(path, frozen, frozen_opt));
+  EXPECT_EQ(values(frozen), values(trained));
+  // but a state entry for no parameter at all is still unexpected
+  small_mlp other = xtpu::nn::init<small_mlp>(5);
+  xtpu::optim::sgd other_opt(other, {.lr = 1e-2f, .momentum = 0.9f});
+  const std::string m = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(path, other, other_opt); });
+  EXPECT_NE(m.find("unexpected optimizer.head.weight.exp_avg"), std::string::npos) << m;
+  EXPECT_NE(m.find("missing optimizer.head.weight.momentum_buffer"), std::string::npos) << m;
+}
+
 TEST(Checkpoint, AFileWithoutXtpusMetadataLoadsItsTensorsAndOurKeysAreOurs) {
   // a state_dict as torch's safetensors writes it: the tensors, no __metadata__
   small_mlp a = xtpu::nn::init<small_mlp>(4);

@@ -19,7 +19,9 @@
 // Rule: load reads and checks the whole file first — every name the model (and optimizer)
 // has, with its dtype and shape, and no name it lacks — and changes nothing unless all fit.
 // Loading a model alone leaves a file's "optimizer." entries unread (a training checkpoint
-// serves inference, or a teacher). A file without xtpu's metadata (a state_dict written by
+// serves inference, or a teacher). A frozen parameter without optimizer state (a LoRA base)
+// has none in the file, and what a file holds for a parameter frozen in the loading model is
+// not read. A file without xtpu's metadata (a state_dict written by
 // torch or safetensors with the same names) loads its tensors; its info is all zeros. Every
 // value is copied to the device before the first assignment, so an out_of_memory while loading
 // changes nothing (for that moment the old and new values are both held).
@@ -40,6 +42,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -189,9 +192,21 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
       [&]<class T, std::size_t... D>(const tensor<T, D...>&) { check_entry<T, D...>(f, optimizer_prefix + name, diffs); }(t);
     });
   }
+  // a frozen parameter without state has none to load (for_each_state leaves it out): what the
+  // file holds for it — saved while it trained, or zeros by an xtpu before 2026-12-02 — is not read
+  std::map<std::string, bool> frozen;
+  nn::for_each_parameter(model, [&](const std::string& name, const auto& p) { frozen[name] = !p.requires_grad(); });
+  const auto frozen_state = [&](const std::string& entry) {  // "optimizer." + parameter + "." + slot
+    const std::size_t dot = entry.rfind('.');
+    const std::size_t from = std::string_view(optimizer_prefix).size();
+    if (dot == std::string::npos || dot <= from) return false;
+    const auto it = frozen.find(entry.substr(from, dot - from));
+    return it != frozen.end() && it->second;
+  };
   for (const auto& t : f.tensors()) {
     const bool optimizers = t.name.rfind(optimizer_prefix, 0) == 0;  // left alone when no optimizer is given
-    if (!expected.count(t.name) && (!optimizers || !std::is_same_v<Opt, void>)) diffs.push_back("unexpected " + t.name);
+    if (!expected.count(t.name) && (!optimizers || (!std::is_same_v<Opt, void> && !frozen_state(t.name))))
+      diffs.push_back("unexpected " + t.name);
   }
   const auto& meta = f.metadata();
   // a file without xtpu's metadata (a state_dict saved by torch or safetensors): tensors only;

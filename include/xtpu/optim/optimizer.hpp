@@ -192,15 +192,21 @@ void adam_update(P& p, std::size_t i, std::int64_t t, state_slots& m, state_slot
 }
 
 /// for_each_state's walk: per parameter (declaration order), each named slot, then the master
-/// copy of a bf16 parameter.
+/// copy of a bf16 parameter — but for a frozen parameter that holds no state (never updated, or
+/// frozen from the start: a LoRA base, a teacher), which has none to save or load (zeros of its
+/// size per slot would be most of a LoRA checkpoint).
 template <class Model, class F>
 void visit_states(Model& model, F& f, std::initializer_list<std::pair<const char*, state_slots*>> kinds,
                   master_weights& master) {
   std::size_t i = 0;
   nn::for_each_parameter(model, [&](const std::string& name, auto& p) {
     using P = std::remove_cvref_t<decltype(p)>;
-    for (const auto& [key, slots] : kinds) slots->template visit<P>(i, name + "." + key, f);
-    if constexpr (master_weights::applies<P>) master.visit(p, i, name, f);
+    bool keeps = p.requires_grad() || master.copies.has(i);
+    for (const auto& kind : kinds) keeps = keeps || kind.second->has(i);
+    if (keeps) {
+      for (const auto& [key, slots] : kinds) slots->template visit<P>(i, name + "." + key, f);
+      if constexpr (master_weights::applies<P>) master.visit(p, i, name, f);
+    }
     ++i;
   });
 }
@@ -244,7 +250,8 @@ class sgd {
 
   /// f(name, tensor<float, shape>&) for each state tensor, named as the parameter plus torch's
   /// key ("fc1.weight.momentum_buffer"; "fc1.weight.master" for a bf16 parameter's f32 copy),
-  /// zeros where there is none yet; what f assigns becomes the state (checkpoints).
+  /// zeros where there is none yet (a frozen parameter without state is left out); what f
+  /// assigns becomes the state (checkpoints).
   template <class F>
   void for_each_state(F&& f) {
     detail::visit_states(*model_, f, {{"momentum_buffer", &momentum_}}, master_);
@@ -285,7 +292,8 @@ class adam_family {
   void zero_grad() { nn::zero_grad(*model_); }
 
   /// f(name, tensor<float, shape>&) for each state tensor: "fc1.weight.exp_avg", ".exp_avg_sq"
-  /// (torch's keys), ".master" for a bf16 parameter's f32 copy; zeros where there is none yet;
+  /// (torch's keys), ".master" for a bf16 parameter's f32 copy; zeros where there is none yet
+  /// (a frozen parameter without state is left out);
   /// what f assigns becomes the state (checkpoints). step_of(i): parameter i's updates (torch's
   /// state['step']), settable for the same reason.
   template <class F>
