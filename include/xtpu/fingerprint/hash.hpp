@@ -93,15 +93,17 @@ constexpr std::uint64_t combine(std::initializer_list<std::uint64_t> words) noex
 
 /// A run-time key over n words (a step's signature, which a cache hit also compares word for
 /// word): word i goes into lane i % 4 as lane = (lane ^ word) * odd constant — a bijection of
-/// the lane, one multiply per word — and the four lanes are avalanched side by side, folded
-/// (each rotated by its own amount, so equal lanes do not cancel) and avalanched once more.
-/// Four chains of one multiply instead of one chain of combine_step's four, and a finish of
-/// two mix64 deep instead of combine's twelve: a step's key costs a few nanoseconds, long or
-/// short. Order-sensitive; not a fingerprint (no avalanche per word): a cache hit compares the
-/// words themselves.
+/// the lane, one multiply per word; lanes start from the seed avalanched with a constant of
+/// their own, so neither small word patterns nor two nearby seeds line them up — and the four
+/// lanes are avalanched side by side, folded (each rotated by its own amount) and avalanched
+/// once more. Four chains of one multiply instead of one chain of combine_step's four, and a
+/// finish two mix64s deep instead of combine's six (five words, each a combine_step on the
+/// chain): a step's key costs a few nanoseconds, long or short. Order-sensitive; not a
+/// fingerprint (no avalanche per word): a cache hit compares the words themselves.
 inline std::uint64_t combine_run(std::uint64_t seed, const std::uint64_t* words, std::size_t n) noexcept {
   constexpr std::uint64_t k = 0x9E3779B97F4A7C15ull;
-  std::uint64_t h[4] = {seed, seed ^ 1, seed ^ 2, seed ^ 3};
+  std::uint64_t h[4] = {mix64(seed ^ 0x243F6A8885A308D3ull), mix64(seed ^ 0x13198A2E03707344ull),
+                        mix64(seed ^ 0xA4093822299F31D0ull), mix64(seed ^ 0x082EFA98EC4E6C89ull)};
   std::size_t i = 0;
   for (; i + 4 <= n; i += 4)
     for (std::size_t j = 0; j < 4; ++j) h[j] = (h[j] ^ words[i + j]) * k;

@@ -1,7 +1,7 @@
 // xtpu/io/checkpoint.hpp — a model (and its optimizer, and where training was) in a safetensors file.
 //
-// Provides: io::save(path, model[, opt], info) (one sync point, at the caller's line) and
-// io::load(path, model[, opt]) -> info;
+// Provides: io::save(path, model[, opt], info) (what is pending runs as one step, counted at
+// the caller's line) and io::load(path, model[, opt]) -> info;
 // checkpoint_info (the training step, the loader's position, the user's own strings);
 // io::optimizer (what save and load take as an optimizer).
 // Layout: each parameter under its reflection name ("fc1.weight", nn::parameter_names), in
@@ -19,9 +19,10 @@
 // Rule: load reads and checks the whole file first — every name the model (and optimizer)
 // has, with its dtype and shape, and no name it lacks — and changes nothing unless all fit.
 // Loading a model alone leaves a file's "optimizer." entries unread (a training checkpoint
-// serves inference, or a teacher). A frozen parameter without optimizer state (a LoRA base)
-// has none in the file, and what a file holds for a parameter frozen in the loading model is
-// not read. A file without xtpu's metadata (a state_dict written by
+// serves inference, or a teacher). A frozen parameter without optimizer state (a LoRA base,
+// a teacher: opt.holds_state(i) false) has no "optimizer." entries; it is listed in
+// "xtpu.optimizer.stateless" (a JSON list of names), and load expects none for it — and keeps
+// what the loading optimizer has for it. A file without xtpu's metadata (a state_dict written by
 // torch or safetensors with the same names) loads its tensors; its info is all zeros. Every
 // value is copied to the device before the first assignment, so an out_of_memory while loading
 // changes nothing (for that moment the old and new values are both held).
@@ -35,14 +36,15 @@
 // (a training checkpoint serves a model without dropout).
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -73,10 +75,13 @@ std::vector<std::size_t> shape_of(const tensor<T, D...>&) {
 }
 
 /// The tensors a file will hold: add() keeps a handle to each (its value shared, nothing
-/// read), read(where) copies them all to the host — one sync point for the whole file, at the
-/// caller's line: the first read runs what is pending (the zeros of optimizer state not made
-/// yet among it), the others find it done. Then `records` point into `owned`.
+/// read), read(where) copies them all to the host at the caller's line: the first read runs
+/// what is pending (the zeros of optimizer state not made yet among it) as one step, the
+/// others find it done. Then `records` point into `owned`.
 struct staged {
+  staged() = default;
+  staged(const staged&) = delete;  // reads holds `this`
+  staged& operator=(const staged&) = delete;
   std::vector<std::vector<std::byte>> owned;
   std::vector<stored_tensor> records;
   std::vector<std::function<void(const xtpu::source_location&)>> reads;
@@ -90,6 +95,7 @@ struct staged {
     });
   }
   void read(const xtpu::source_location& where) {
+    owned.reserve(reads.size());  // (records' spans point into the inner vectors, which a move keeps)
     for (auto& r : reads) r(where);
     reads.clear();
   }
@@ -121,6 +127,28 @@ Tensor value_of(const safetensors_file& f, const std::string& name) {
 
 template <class Opt>
 concept counts_steps = requires(Opt& o) { o.step_of(std::size_t{0}); };
+template <class Opt>
+concept tells_state = requires(const Opt& o) { { o.holds_state(std::size_t{0}) } -> std::convertible_to<bool>; };
+
+/// The parameter an optimizer entry's for_each_state name belongs to: "fc1.weight.exp_avg" ->
+/// "fc1.weight" (a parameter's name has dots, a state's key none).
+inline std::string parameter_of(const std::string& state) { return state.substr(0, state.rfind('.')); }
+
+/// The parameters saved without optimizer state (frozen, none held: a LoRA base, a teacher),
+/// from the optimizer: their entries are left out of the file and listed under
+/// "xtpu.optimizer.stateless", so that a load expects none for them.
+template <class Model, class Opt>
+std::set<std::string> stateless_parameters(const Model& model, const Opt& opt) {
+  std::set<std::string> out;
+  if constexpr (tells_state<Opt>) {
+    std::size_t i = 0;
+    nn::for_each_parameter(model, [&](const std::string& name, const auto& p) {
+      if (!p.requires_grad() && !opt.holds_state(i)) out.insert(name);
+      ++i;
+    });
+  }
+  return out;
+}
 }  // namespace detail
 
 /// What save and load take as an optimizer (optim::sgd, adam, adamw, or one like them).
@@ -165,7 +193,11 @@ void save_impl(const std::string& path, const Model& model, Opt* opt, const chec
     meta[stream_prefix + name] = nlohmann::json::array({stream->seed(), stream->position()}).dump();
   });
   if constexpr (!std::is_same_v<Opt, void>) {
-    opt->for_each_state([&](const std::string& name, auto& t) { out.add(optimizer_prefix + name, t); });
+    const std::set<std::string> stateless = stateless_parameters(model, *opt);
+    opt->for_each_state([&](const std::string& name, auto& t) {
+      if (!stateless.count(parameter_of(name))) out.add(optimizer_prefix + name, t);
+    });
+    if (!stateless.empty()) meta["xtpu.optimizer.stateless"] = nlohmann::json(stateless).dump();
     if constexpr (counts_steps<Opt>) {
       std::vector<std::int64_t> steps(nn::parameter_tensors_v<Model>);
       for (std::size_t i = 0; i < steps.size(); ++i) steps[i] = opt->step_of(i);
@@ -181,6 +213,19 @@ template <class Model, class Opt>
 checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
   const safetensors_file f = safetensors_file::read(path);
   std::vector<std::string> diffs;
+  const auto& meta = f.metadata();
+  // the parameters the file has no optimizer state for (saved frozen and without any): their
+  // entries are not expected, and those the optimizer has stay as they are
+  std::set<std::string> stateless;
+  if (const auto it = meta.find("xtpu.optimizer.stateless"); it != meta.end()) {
+    const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions*/ false);
+    if (!j.is_array()) io::detail::fail(path, "__metadata__ 'xtpu.optimizer.stateless' is '" + it->second + "', not a list of names");
+    for (const auto& name : j) {
+      if (!name.is_string()) io::detail::fail(path, "__metadata__ 'xtpu.optimizer.stateless' is '" + it->second + "', not a list of names");
+      stateless.insert(name.get<std::string>());
+    }
+  }
+  const auto in_file = [&](const std::string& state) { return !stateless.count(parameter_of(state)); };
   std::map<std::string, bool> expected;  // every name the model and optimizer have
   nn::for_each_parameter(model, [&](const std::string& name, const auto& p) {
     expected[name] = true;
@@ -188,27 +233,15 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
   });
   if constexpr (!std::is_same_v<Opt, void>) {
     opt->for_each_state([&](const std::string& name, auto& t) {
+      if (!in_file(name)) return;
       expected[optimizer_prefix + name] = true;
       [&]<class T, std::size_t... D>(const tensor<T, D...>&) { check_entry<T, D...>(f, optimizer_prefix + name, diffs); }(t);
     });
   }
-  // a frozen parameter without state has none to load (for_each_state leaves it out): what the
-  // file holds for it — saved while it trained, or zeros by an xtpu before 2026-12-02 — is not read
-  std::map<std::string, bool> frozen;
-  nn::for_each_parameter(model, [&](const std::string& name, const auto& p) { frozen[name] = !p.requires_grad(); });
-  const auto frozen_state = [&](const std::string& entry) {  // "optimizer." + parameter + "." + slot
-    const std::size_t dot = entry.rfind('.');
-    const std::size_t from = std::string_view(optimizer_prefix).size();
-    if (dot == std::string::npos || dot <= from) return false;
-    const auto it = frozen.find(entry.substr(from, dot - from));
-    return it != frozen.end() && it->second;
-  };
   for (const auto& t : f.tensors()) {
     const bool optimizers = t.name.rfind(optimizer_prefix, 0) == 0;  // left alone when no optimizer is given
-    if (!expected.count(t.name) && (!optimizers || (!std::is_same_v<Opt, void> && !frozen_state(t.name))))
-      diffs.push_back("unexpected " + t.name);
+    if (!expected.count(t.name) && (!optimizers || !std::is_same_v<Opt, void>)) diffs.push_back("unexpected " + t.name);
   }
-  const auto& meta = f.metadata();
   // a file without xtpu's metadata (a state_dict saved by torch or safetensors): tensors only;
   // layout 1 was written before seed streams were saved (it has none)
   const auto layout = meta.find("xtpu.checkpoint");
@@ -272,7 +305,7 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
   if constexpr (!std::is_same_v<Opt, void>) {
     opt->for_each_state([&](const std::string& name, auto& t) {
       using S = typename std::remove_cvref_t<decltype(t)>::tensor_type;
-      values[optimizer_prefix + name] = std::make_shared<S>(value_of<S>(f, optimizer_prefix + name));
+      if (in_file(name)) values[optimizer_prefix + name] = std::make_shared<S>(value_of<S>(f, optimizer_prefix + name));
     });
   }
   const auto stored = [&]<class P>(const P&, const std::string& name) -> const typename P::tensor_type& {
@@ -283,7 +316,9 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
     if (const auto it = streams.find(name); it != streams.end()) *stream = it->second;
   });
   if constexpr (!std::is_same_v<Opt, void>) {
-    opt->for_each_state([&](const std::string& name, auto& t) { t = stored(t, optimizer_prefix + name); });
+    opt->for_each_state([&](const std::string& name, auto& t) {
+      if (in_file(name)) t = stored(t, optimizer_prefix + name);
+    });
     if constexpr (counts_steps<Opt>) {
       if (ours) {
         for (std::size_t i = 0; i < steps.size(); ++i) opt->step_of(i) = steps[i];
@@ -295,8 +330,8 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
 }
 }  // namespace detail
 
-/// Writes model's parameters (and info) to `path` as safetensors, atomically: one sync point,
-/// counted (XTPU_DEBUG) at the caller's line.
+/// Writes model's parameters (and info) to `path` as safetensors, atomically: what is pending
+/// runs as one step, counted (XTPU_DEBUG) at the caller's line.
 template <class Model>
 void save(const std::string& path, const Model& model, const checkpoint_info& info = {},
           xtpu::source_location where = xtpu::source_location::current()) {

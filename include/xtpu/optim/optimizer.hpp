@@ -13,7 +13,8 @@
 // Optimizer state (momentum buffers, Adam's moments) is in f32 for bf16 parameters too, and
 // bf16 parameters get f32 master weights (options' master_weights, on by default): the update
 // runs on the optimizer's f32 copy and the parameter gets it rounded once, so updates smaller
-// than a bf16 step add up. for_each_state(f) names and exposes every state tensor (checkpoints).
+// than a bf16 step add up. for_each_state(f) names and exposes every state tensor, holds_state(i) whether parameter i has
+// any yet (checkpoints).
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
 // module); xtpu::error from sgd's step for Nesterov without momentum or with dampening;
@@ -192,21 +193,15 @@ void adam_update(P& p, std::size_t i, std::int64_t t, state_slots& m, state_slot
 }
 
 /// for_each_state's walk: per parameter (declaration order), each named slot, then the master
-/// copy of a bf16 parameter — but for a frozen parameter that holds no state (never updated, or
-/// frozen from the start: a LoRA base, a teacher), which has none to save or load (zeros of its
-/// size per slot would be most of a LoRA checkpoint).
+/// copy of a bf16 parameter.
 template <class Model, class F>
 void visit_states(Model& model, F& f, std::initializer_list<std::pair<const char*, state_slots*>> kinds,
                   master_weights& master) {
   std::size_t i = 0;
   nn::for_each_parameter(model, [&](const std::string& name, auto& p) {
     using P = std::remove_cvref_t<decltype(p)>;
-    bool keeps = p.requires_grad() || master.copies.has(i);
-    for (const auto& kind : kinds) keeps = keeps || kind.second->has(i);
-    if (keeps) {
-      for (const auto& [key, slots] : kinds) slots->template visit<P>(i, name + "." + key, f);
-      if constexpr (master_weights::applies<P>) master.visit(p, i, name, f);
-    }
+    for (const auto& [key, slots] : kinds) slots->template visit<P>(i, name + "." + key, f);
+    if constexpr (master_weights::applies<P>) master.visit(p, i, name, f);
     ++i;
   });
 }
@@ -250,12 +245,14 @@ class sgd {
 
   /// f(name, tensor<float, shape>&) for each state tensor, named as the parameter plus torch's
   /// key ("fc1.weight.momentum_buffer"; "fc1.weight.master" for a bf16 parameter's f32 copy),
-  /// zeros where there is none yet (a frozen parameter without state is left out); what f
-  /// assigns becomes the state (checkpoints).
+  /// zeros where there is none yet; what f assigns becomes the state (checkpoints).
   template <class F>
   void for_each_state(F&& f) {
     detail::visit_states(*model_, f, {{"momentum_buffer", &momentum_}}, master_);
   }
+  /// Whether parameter i holds any state (a momentum buffer, a master copy): none before its
+  /// first update — a frozen parameter's, for good (a checkpoint leaves its entries out).
+  bool holds_state(std::size_t i) const { return momentum_.has(i) || master_.copies.has(i); }
 
  private:
   Model* model_;
@@ -292,8 +289,7 @@ class adam_family {
   void zero_grad() { nn::zero_grad(*model_); }
 
   /// f(name, tensor<float, shape>&) for each state tensor: "fc1.weight.exp_avg", ".exp_avg_sq"
-  /// (torch's keys), ".master" for a bf16 parameter's f32 copy; zeros where there is none yet
-  /// (a frozen parameter without state is left out);
+  /// (torch's keys), ".master" for a bf16 parameter's f32 copy; zeros where there is none yet;
   /// what f assigns becomes the state (checkpoints). step_of(i): parameter i's updates (torch's
   /// state['step']), settable for the same reason.
   template <class F>
@@ -301,6 +297,9 @@ class adam_family {
     visit_states(*model_, f, {{"exp_avg", &m_}, {"exp_avg_sq", &v_}}, master_);
   }
   std::int64_t& step_of(std::size_t i) { return counts_->of.at(i); }
+  /// Whether parameter i holds any state (moments, a master copy): none before its first
+  /// update — a frozen parameter's, for good (a checkpoint leaves its entries out).
+  bool holds_state(std::size_t i) const { return m_.has(i) || v_.has(i) || master_.copies.has(i); }
 
  private:
   Model* model_;
