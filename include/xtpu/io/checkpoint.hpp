@@ -218,11 +218,10 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
   // entries are not expected, and those the optimizer has stay as they are
   std::set<std::string> stateless;
   if (const auto it = meta.find("xtpu.optimizer.stateless"); it != meta.end()) {
-    const auto j = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions*/ false);
-    if (!j.is_array()) io::detail::fail(path, "__metadata__ 'xtpu.optimizer.stateless' is '" + it->second + "', not a list of names");
-    for (const auto& name : j) {
-      if (!name.is_string()) io::detail::fail(path, "__metadata__ 'xtpu.optimizer.stateless' is '" + it->second + "', not a list of names");
-      stateless.insert(name.get<std::string>());
+    try {  // read as xtpu.optimizer.step_of is, below
+      stateless = nlohmann::json::parse(it->second).get<std::set<std::string>>();
+    } catch (const nlohmann::json::exception& e) {
+      io::detail::fail(path, "__metadata__ 'xtpu.optimizer.stateless' is not a list of names: " + std::string(e.what()));
     }
   }
   const auto in_file = [&](const std::string& state) { return !stateless.count(parameter_of(state)); };

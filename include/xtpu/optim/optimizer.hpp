@@ -13,8 +13,8 @@
 // Optimizer state (momentum buffers, Adam's moments) is in f32 for bf16 parameters too, and
 // bf16 parameters get f32 master weights (options' master_weights, on by default): the update
 // runs on the optimizer's f32 copy and the parameter gets it rounded once, so updates smaller
-// than a bf16 step add up. for_each_state(f) names and exposes every state tensor, holds_state(i) whether parameter i has
-// any yet (checkpoints).
+// than a bf16 step add up. for_each_state(f) names and exposes every state tensor and
+// holds_state(i) tells whether parameter i has any yet (checkpoints).
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
 // module); xtpu::error from sgd's step for Nesterov without momentum or with dampening;
