@@ -164,6 +164,40 @@ TEST(Grad, SoftmaxAndLogSoftmaxMatchFiniteDifferences) {
   EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
 }
 
+// A softmax written out by hand: without the max shift it is differentiated op by op; with it
+// and one operand it is the form log_softmax's rule reads; with two operands of one type that
+// hold different values it is an error naming the cause, and nothing is lost.
+TEST(Grad, SoftmaxFormsWrittenByHand) {
+  const auto xv = values(15, 11, 3.0f), yv = values(15, 12, 3.0f), wv = values(15, 13);
+  auto x = device<float, 3, 5>(xv);
+  auto y = device<float, 3, 5>(yv);
+  auto w = device<float, 3, 5>(wv);
+  const auto a = x - xtpu::max<1>(x, xtpu::keepdim);
+  tensor<float> loss = xtpu::sum(xtpu::exp(x) / xtpu::sum<1>(xtpu::exp(x), xtpu::keepdim) * w) +
+                       xtpu::sum((a - xtpu::log(xtpu::sum<1>(xtpu::exp(a), xtpu::keepdim))) * w);
+  auto [dx] = xtpu::grad(loss, x);
+  xtpu::mark_step();
+  auto f = [&](const std::vector<double>& X) {
+    double s = 0;
+    for (std::size_t i = 0; i < 3; ++i) {
+      double z = 0;
+      for (std::size_t j = 0; j < 5; ++j) z += std::exp(X[i * 5 + j]);
+      for (std::size_t j = 0; j < 5; ++j) s += (std::exp(X[i * 5 + j]) / z + X[i * 5 + j] - std::log(z)) * wv[i * 5 + j];
+    }
+    return s;
+  };
+  EXPECT_TRUE(all_near(host(dx), numeric_grad(widen(xv), f), 1e-4, 1e-5));
+
+  const auto b = y - xtpu::max<1>(y, xtpu::keepdim);  // a's type, other values
+  tensor<float> odd = xtpu::sum(xtpu::exp(a) / xtpu::sum<1>(xtpu::exp(b), xtpu::keepdim));
+  const std::string m = error_message<xtpu::error>([&] { (void)xtpu::grad(odd, x); });
+  EXPECT_NE(m.find("xtpu: grad or backward: a statement has the form of softmax or log_softmax"), std::string::npos) << m;
+  EXPECT_NE(m.find("record one of the two operands as a tensor first"), std::string::npos) << m;
+  xtpu::mark_step();
+  EXPECT_TRUE(std::isfinite(odd.item()));
+  EXPECT_EQ(host(x), widen(xv));
+}
+
 TEST(Grad, WhereCastAndBf16Tensors) {
   auto x = device<float, 4>({-2, -0.5f, 0.5f, 3});
   auto y = device<xtpu::bf16, 3>({1.5f, -2, 0.25f});

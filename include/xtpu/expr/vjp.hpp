@@ -18,7 +18,9 @@
 // a scatter-add's is a take; gather's is a scatter_along, and a scatter_along's is a gather.
 // Every public elementwise op has its rule (an op added without one is a static_assert here);
 // gelu_grad and gelu_tanh_grad, the gelu rules' own ops, appear only in gradient statements,
-// which keep no rule.
+// which keep no rule. Softmax and log-softmax along an axis (expr/composite.hpp's forms, the
+// max shift included) have whole-pattern rules that read the statement's value; such a form
+// whose two operands differ at run time is an xtpu::error (form_operands_differ).
 #pragma once
 
 #include <array>
@@ -29,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "xtpu/error.hpp"
 #include "xtpu/expr/composite.hpp"
 #include "xtpu/expr/generators.hpp"
 #include "xtpu/expr/indexing.hpp"
@@ -146,12 +149,23 @@ constexpr const auto& at(const N& n) {
   else return at<Rest...>(arg<I>(n));
 }
 
-/// exp(a) / keep(sum<Axis>(exp(a))) — softmax<Axis>'s form (expr/composite.hpp), whatever a is;
-/// the two a's of one type (that they read the same values is checked at run time: same_values).
+/// x - keep(max<Axis>(x)) along the axis Ax (normalised) of a softmax — the shift softmax<Axis> and
+/// log_softmax<Axis> apply first (expr/composite.hpp).
+template <class N, std::size_t Ax>
+inline constexpr bool max_shift_v = false;
+template <class X, class S, int Axis, std::size_t Ax>
+inline constexpr bool max_shift_v<map<arithmetic<op::sub>, X, reshape_node<S, reduce_node<max_op, Axis, X>>>, Ax> =
+    normalize_axis_v<typename X::shape_type, Axis> == Ax && std::is_same_v<S, kept_shape_t<typename X::shape_type, Axis>>;
+
+/// exp(a) / keep(sum<Axis>(exp(a))) — softmax<Axis>'s form (expr/composite.hpp), a the max
+/// shift x - keep(max<Axis>(x)); the two a's of one type (that they read the same values is
+/// checked at run time: same_values, else form_operands_differ). A form without the shift is
+/// differentiated op by op.
 template <class N>
 struct softmax_form : std::false_type {};
 template <class A, class S, int Axis>
-  requires std::is_same_v<S, kept_shape_t<typename A::shape_type, Axis>>
+  requires(std::is_same_v<S, kept_shape_t<typename A::shape_type, Axis>> &&
+           max_shift_v<A, normalize_axis_v<typename A::shape_type, Axis>>)
 struct softmax_form<map<arithmetic<op::div>, map<unary<op::exp>, A>, reshape_node<S, reduce_node<sum_op, Axis, map<unary<op::exp>, A>>>>>
     : std::true_type {
   static constexpr int axis = Axis;
@@ -162,7 +176,8 @@ struct softmax_form<map<arithmetic<op::div>, map<unary<op::exp>, A>, reshape_nod
 template <class N>
 struct log_softmax_form : std::false_type {};
 template <class A, class S, int Axis>
-  requires std::is_same_v<S, kept_shape_t<typename A::shape_type, Axis>>
+  requires(std::is_same_v<S, kept_shape_t<typename A::shape_type, Axis>> &&
+           max_shift_v<A, normalize_axis_v<typename A::shape_type, Axis>>)
 struct log_softmax_form<
     map<arithmetic<op::sub>, A, map<unary<op::log>, reshape_node<S, reduce_node<sum_op, Axis, map<unary<op::exp>, A>>>>>>
     : std::true_type {
@@ -170,13 +185,6 @@ struct log_softmax_form<
   static const A& numerator(const auto& n) { return at<0>(n); }             // a
   static const A& denominator(const auto& n) { return at<1, 0, 0, 0, 0>(n); }  // log(keep(sum(exp(a))))
 };
-/// x - keep(max<Axis>(x)) along the axis Ax (normalised) of a softmax — the shift both forms
-/// apply first.
-template <class N, std::size_t Ax>
-inline constexpr bool max_shift_v = false;
-template <class X, class S, int Axis, std::size_t Ax>
-inline constexpr bool max_shift_v<map<arithmetic<op::sub>, X, reshape_node<S, reduce_node<max_op, Axis, X>>>, Ax> =
-    normalize_axis_v<typename X::shape_type, Axis> == Ax && std::is_same_v<S, kept_shape_t<typename X::shape_type, Axis>>;
 
 /// a and b (nodes of one type) read the same tensors and the same run-time values.
 template <class N>
@@ -198,17 +206,23 @@ bool is_form(const N& n) {
   return same_values(Form::numerator(n), Form::denominator(n));
 }
 
-/// The gradient ga of a softmax's (or log-softmax's) operand a along Axis, pushed on: into x
-/// alone when a is x - max(x) along that axis — the shift's gradient is exactly zero (a softmax
-/// does not change when its operand shifts: the gradient of a sums to zero along the axis),
-/// so it is not computed.
-template <std::size_t Offset, int Axis, class A, class Ga, class Sink>
+/// The gradient ga of a softmax's (or log-softmax's) operand a = x - keep(max(x)) along Axis,
+/// pushed on into x alone: the shift's gradient, -sum(ga) along the axis, is exactly zero (a
+/// softmax does not change when its operand shifts along the axis, whatever the shift), so it
+/// is not computed.
+template <std::size_t Offset, class A, class Ga, class Sink>
 void push_shifted(const A& a, const Ga& ga, Sink& sink) {
-  constexpr std::size_t ax = normalize_axis_v<typename A::shape_type, Axis>;
-  if constexpr (max_shift_v<A, ax>) {
-    if (same_values(at<0>(a), at<1, 0, 0>(a))) return vjp<Offset>(at<0>(a), ga, sink);  // x - keep(max(x)): x's leaves first
-  }
-  vjp<Offset>(a, ga, sink);
+  vjp<Offset>(at<0>(a), ga, sink);  // x's leaves first
+}
+
+/// A statement of a softmax form whose two operands hold different values (a user's
+/// exp(a - max(a)) / sum(exp(b - max(b))) with a and b of one type): the form's rule does not
+/// hold, and none other is compiled for that type (it would double every softmax's rule).
+[[noreturn]] inline void form_operands_differ() {
+  throw error("xtpu: grad or backward: a statement has the form of softmax or log_softmax along one axis, "
+              "exp(a - max(a)) / sum(exp(b - max(b))) or a - max(a) - log(sum(exp(b - max(b)))), with a and b "
+              "of one type but different values; its gradient rule needs a and b to be one value: use "
+              "xtpu::softmax / log_softmax, or record one of the two operands as a tensor first");
 }
 
 /// softmax y of a along Axis, given y's value (the node itself, or its statement's tensor):
@@ -218,14 +232,14 @@ void softmax_vjp(const N& n, const Y& y, const G& g, Sink& sink) {
   using S = typename N::shape_type;
   constexpr int axis = softmax_form<N>::axis;
   const auto& a = at<0, 0>(n);  // exp's operand
-  push_shifted<Offset, axis>(a, y * (g - keep_axis<axis, S>(sum<axis>(g * y))), sink);
+  push_shifted<Offset>(a, y * (g - keep_axis<axis, S>(sum<axis>(g * y))), sink);
 }
 /// log-softmax y of a: da = g - exp(y) · sum(g).
 template <std::size_t Offset, class N, class Y, class G, class Sink>
 void log_softmax_vjp(const N& n, const Y& y, const G& g, Sink& sink) {
   using S = typename N::shape_type;
   constexpr int axis = log_softmax_form<N>::axis;
-  push_shifted<Offset, axis>(arg<0>(n), g - exp(y) * keep_axis<axis, S>(sum<axis>(g)), sink);
+  push_shifted<Offset>(arg<0>(n), g - exp(y) * keep_axis<axis, S>(sum<axis>(g)), sink);
 }
 
 /// N's form (softmax_form or log_softmax_form: its value is false when N has neither), and the
@@ -254,7 +268,7 @@ void vjp_root(const N& n, const V& value, G&& g, Sink& sink) {
     else
       vjp<Offset>(n, std::forward<G>(g), sink);
   } else if constexpr (form_t<N>::value) {
-    if (!is_form<form_t<N>>(n)) return vjp<Offset>(n, std::forward<G>(g), sink);
+    if (!is_form<form_t<N>>(n)) form_operands_differ();
     if (!sink.wants(Offset, Offset + N::n_leaves)) return;
     form_vjp<Offset>(n, value, fit_to<typename N::shape_type>(std::forward<G>(g)), sink);
   } else {
@@ -268,9 +282,10 @@ struct vjp_rule<map<Op, C...>> {
   template <std::size_t Offset, class G, class Sink>
   static void apply(const N& n, const G& g, Sink& sink) {
     const auto& a = arg<0>(n);
-    if constexpr (form_t<N>::value)
-      if (is_form<form_t<N>>(n)) return form_vjp<Offset>(n, n, g, sink);
-    if constexpr (std::is_same_v<Op, arithmetic<op::add>>) {
+    if constexpr (form_t<N>::value) {
+      if (!is_form<form_t<N>>(n)) form_operands_differ();
+      form_vjp<Offset>(n, n, g, sink);
+    } else if constexpr (std::is_same_v<Op, arithmetic<op::add>>) {
       push<Offset, 0>(n, g, sink);
       push<Offset, 1>(n, g, sink);
     } else if constexpr (std::is_same_v<Op, arithmetic<op::sub>>) {

@@ -5,9 +5,11 @@
 //       logits (..., C) float/bf16, labels (...) int32 -> (): the mean over the labels that are
 //       not ignore_index (default -100) of (1 - ε)·nll + ε·(−mean_c log p); log-softmax in f32
 //       with the maximum subtracted, so logits of ±200 (or more) neither overflow nor lose the
-//       gradient; the label's log-probability is picked (where), so a masked class of logit
-//       −inf elsewhere in the row stays out of the loss (and out of the smoothing term, where
-//       PyTorch's gives inf), and an ignored row adds nothing. Both
+//       gradient. A row's loss is written Σ_c coef·log p, its coefficients (the loss's
+//       derivative in log p) computed without a rule, so the gradient is one elementwise
+//       statement, then log-softmax's row rule; a masked class (logit −inf) has coefficient 0
+//       and stays out of the loss (and out of the smoothing term, where PyTorch's gives inf),
+//       and an ignored row adds nothing. Both
 //       options are run-time scalars (changing them never recompiles). All labels ignored
 //       gives NaN, as PyTorch; a label outside 0..C−1 other than ignore_index makes the loss
 //       NaN (PyTorch raises; a check on the host would be a sync) — its row adds no gradient.
@@ -46,17 +48,28 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
   if constexpr (!check::class_labels<LS, typename detail::shape_of<Labels>::type>()) return {};  // E111 alone
   else {
     constexpr std::size_t classes = LS::dims[LS::rank - 1];
+    using YS = typename detail::shape_of<Labels>::type;
+    using detail::tensor_access;
     const auto y = detail::as_tensor(labels);
     const detail::tensor_for_t<float, LS> logp = log_softmax<-1>(cast<float>(logits));  // (..., C) f32
-    const auto is_label = one_hot<classes, bool>(y);                                           // (..., C)
-    const auto nll = -sum<-1>(where(is_label, logp, 0.0f));  // picks, so a -inf logit elsewhere stays out
-    const auto smooth = -mean<-1>(where(logp >= -std::numeric_limits<float>::max(), logp, 0.0f));  // finite only
     const auto keep = y != o.ignore_index;                                                     // (...)
     // 0 <= y < C, in int32 (exact for any y and C): y < C where y >= 0, else y > 0 (false there)
     const auto in_range = where(y >= 0, y < static_cast<std::int32_t>(classes), y > 0);
+    const auto counted = detail::reshape_to(where(keep, in_range, keep), detail::append_axis_t<YS, 1>{});  // (..., 1)
+    const auto finite = logp >= -std::numeric_limits<float>::max();
+    // a row's loss (1 - ε)·nll + ε·smooth is Σ_c coef·logp: coef = −(1 − ε) at the label,
+    // −ε/C at each finite logp, 0 in rows that do not count — the loss's derivative in logp,
+    // computed without a rule (a constant to the gradient walk: logp reaches it only through
+    // `finite`, which is piecewise constant). A zero coefficient keeps its logp out (a −inf of
+    // a masked class would give 0·−inf = NaN).
+    const auto coef = tensor_access::untaped(
+        where(counted, -(cast<float>(one_hot<classes, bool>(y)) * (1.0f - o.label_smoothing) +
+                         cast<float>(finite) * (o.label_smoothing / static_cast<float>(classes))),
+              0.0f));
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    return sum(where(keep, where(in_range, nll + o.label_smoothing * (smooth - nll), nan), 0.0f)) /
-           sum(cast<float>(keep));
+    const auto bad = tensor_access::untaped(sum(where(keep, where(in_range, 0.0f, nan), 0.0f)));  // NaN or 0
+    const auto count = tensor_access::untaped(sum(cast<float>(keep)));
+    return sum(where(coef != 0.0f, coef * logp, 0.0f)) / count + bad;
   }
 }
 
