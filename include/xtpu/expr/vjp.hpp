@@ -20,7 +20,7 @@
 // gelu_grad and gelu_tanh_grad, the gelu rules' own ops, appear only in gradient statements,
 // which keep no rule. Softmax and log-softmax along an axis (expr/composite.hpp's forms, the
 // max shift included) have whole-pattern rules that read the statement's value; such a form
-// whose two operands differ at run time is an xtpu::error (form_operands_differ).
+// whose two operands differ at run time is an xtpu::error (check_form).
 #pragma once
 
 #include <array>
@@ -159,8 +159,7 @@ inline constexpr bool max_shift_v<map<arithmetic<op::sub>, X, reshape_node<S, re
 
 /// exp(a) / keep(sum<Axis>(exp(a))) — softmax<Axis>'s form (expr/composite.hpp), a the max
 /// shift x - keep(max<Axis>(x)); the two a's of one type (that they read the same values is
-/// checked at run time: same_values, else form_operands_differ). A form without the shift is
-/// differentiated op by op.
+/// checked at run time: check_form). A form without the shift is differentiated op by op.
 template <class N>
 struct softmax_form : std::false_type {};
 template <class A, class S, int Axis>
@@ -200,10 +199,17 @@ bool same_values(const N& a, const N& b) {
     if (std::bit_cast<std::uint64_t>(sa[i]) != std::bit_cast<std::uint64_t>(sb[i])) return false;
   return true;
 }
-/// n, of a form's type, is that form: its two a's are one value.
+/// n, of a form's type, is that form: its two a's are one value. Else an xtpu::error: a
+/// user's exp(a - max(a)) / sum(exp(b - max(b))) with a and b of one type but other values,
+/// for which the form's rule does not hold and no other is compiled (it would double every
+/// softmax's rule).
 template <class Form, class N>
-bool is_form(const N& n) {
-  return same_values(Form::numerator(n), Form::denominator(n));
+void check_form(const N& n) {
+  if (same_values(Form::numerator(n), Form::denominator(n))) return;
+  throw error("xtpu: grad or backward: a statement has the form of softmax or log_softmax along one axis, "
+              "exp(a - max(a)) / sum(exp(b - max(b))) or a - max(a) - log(sum(exp(b - max(b)))), with a and b "
+              "of one type but different values; its gradient rule needs a and b to be one value: use "
+              "xtpu::softmax / log_softmax, or record one of the two operands as a tensor first");
 }
 
 /// The gradient ga of a softmax's (or log-softmax's) operand a = x - keep(max(x)) along Axis,
@@ -213,16 +219,6 @@ bool is_form(const N& n) {
 template <std::size_t Offset, class A, class Ga, class Sink>
 void push_shifted(const A& a, const Ga& ga, Sink& sink) {
   vjp<Offset>(at<0>(a), ga, sink);  // x's leaves first
-}
-
-/// A statement of a softmax form whose two operands hold different values (a user's
-/// exp(a - max(a)) / sum(exp(b - max(b))) with a and b of one type): the form's rule does not
-/// hold, and none other is compiled for that type (it would double every softmax's rule).
-[[noreturn]] inline void form_operands_differ() {
-  throw error("xtpu: grad or backward: a statement has the form of softmax or log_softmax along one axis, "
-              "exp(a - max(a)) / sum(exp(b - max(b))) or a - max(a) - log(sum(exp(b - max(b)))), with a and b "
-              "of one type but different values; its gradient rule needs a and b to be one value: use "
-              "xtpu::softmax / log_softmax, or record one of the two operands as a tensor first");
 }
 
 /// softmax y of a along Axis, given y's value (the node itself, or its statement's tensor):
@@ -268,7 +264,7 @@ void vjp_root(const N& n, const V& value, G&& g, Sink& sink) {
     else
       vjp<Offset>(n, std::forward<G>(g), sink);
   } else if constexpr (form_t<N>::value) {
-    if (!is_form<form_t<N>>(n)) form_operands_differ();
+    check_form<form_t<N>>(n);
     if (!sink.wants(Offset, Offset + N::n_leaves)) return;
     form_vjp<Offset>(n, value, fit_to<typename N::shape_type>(std::forward<G>(g)), sink);
   } else {
@@ -283,7 +279,7 @@ struct vjp_rule<map<Op, C...>> {
   static void apply(const N& n, const G& g, Sink& sink) {
     const auto& a = arg<0>(n);
     if constexpr (form_t<N>::value) {
-      if (!is_form<form_t<N>>(n)) form_operands_differ();
+      check_form<form_t<N>>(n);
       form_vjp<Offset>(n, n, g, sink);
     } else if constexpr (std::is_same_v<Op, arithmetic<op::add>>) {
       push<Offset, 0>(n, g, sink);

@@ -293,8 +293,8 @@ backward_state backward_begin(const Loss& loss, std::vector<const storage*> targ
   state.reach.assign(n0, 0);
   for (std::size_t i = 0; i < n0; ++i) {
     const auto& st = s.statement_at(i);
-    const auto* leaves = s.leaves_of(st);
     if (!st.vjp) continue;  // no gradient passes through it: its value leads nowhere (unless a target)
+    const auto* leaves = s.leaves_of(st);
     for (std::uint32_t l = 0; l < st.n_leaves && !state.reach[i]; ++l) state.reach[i] = state.wanted(*leaves[l]);
   }
 

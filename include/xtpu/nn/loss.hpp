@@ -55,7 +55,8 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
     const auto keep = y != o.ignore_index;                                                     // (...)
     // 0 <= y < C, in int32 (exact for any y and C): y < C where y >= 0, else y > 0 (false there)
     const auto in_range = where(y >= 0, y < static_cast<std::int32_t>(classes), y > 0);
-    const auto counted = detail::reshape_to(where(keep, in_range, keep), detail::append_axis_t<YS, 1>{});  // (..., 1)
+    // keep and in_range, as a column: (..., 1)
+    const auto counted = detail::reshape_to(where(keep, in_range, keep), detail::append_axis_t<YS, 1>{});
     const auto finite = logp >= -std::numeric_limits<float>::max();
     // a row's loss (1 - ε)·nll + ε·smooth is Σ_c coef·logp: coef = −(1 − ε) at the label,
     // −ε/C at each finite logp, 0 in rows that do not count — the loss's derivative in logp,
