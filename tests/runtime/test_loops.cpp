@@ -284,6 +284,53 @@ TEST(Math, PacketsMixingBranchesEqualTheScalarFunction) {
   mixed_branches_equal_scalar<simd::path::avx512>();
 }
 
+// exp's short path (every lane within +-exp_normal_max) gives exp_clamped's bits: every float
+// of that range 97 apart and the range's edges, one at a time and in packets that mix lanes of
+// both paths (each lane gets its own path's bits, whatever its neighbours).
+template <simd::path P>
+void exp_paths_agree(std::size_t& bad) {
+  if constexpr (simd::compiled_v<P> && P != simd::path::scalar) {
+    using V = simd::lanes_t<P>;
+    constexpr std::size_t W = simd::traits<V>::size;
+    const float pool[] = {-86.5f, 86.5f, std::nextafter(86.5f, 100.0f), -86.6f, -0.0f, 1e-20f, -3.0f, 40.0f,
+                          -100.0f, 88.8f, -INFINITY, NAN, 0.34657359f, -0.34657362f};
+    constexpr std::size_t n = sizeof(pool) / sizeof(pool[0]);
+    std::uint64_t state = 99;
+    for (int rep = 0; rep < 4000; ++rep) {
+      alignas(64) float in[W], out[W];
+      for (std::size_t l = 0; l < W; ++l) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        in[l] = pool[(state >> 33) % n];
+      }
+      math::exp(V::load_aligned(in)).store_aligned(out);
+      for (std::size_t l = 0; l < W; ++l) {
+        const float want = math::detail::exp_clamped(in[l]);
+        bad += bits(want) != bits(out[l]) && !(std::isnan(want) && std::isnan(out[l]));
+      }
+    }
+  }
+}
+TEST(Math, ExpsShortPathHasTheClampedPathsBits) {
+  std::size_t bad = 0, short_path = 0;
+  auto check = [&](float x) {
+    short_path += std::fabs(x) <= math::detail::exp_normal_max;
+    bad += bits(math::exp(x)) != bits(math::detail::exp_clamped(x));
+  };
+  for (std::uint32_t u = 0; u <= bits(math::detail::exp_normal_max); u += 97) {
+    check(std::bit_cast<float>(u));
+    check(-std::bit_cast<float>(u));
+  }
+  for (float e : {86.5f, -86.5f, std::nextafter(86.5f, 0.0f), std::nextafter(-86.5f, 0.0f), std::nextafter(86.5f, 100.0f),
+                  std::nextafter(-86.5f, -100.0f)})
+    check(e);
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GT(short_path, 20'000'000u);
+  exp_paths_agree<simd::path::sse>(bad);
+  exp_paths_agree<simd::path::avx2>(bad);
+  exp_paths_agree<simd::path::avx512>(bad);
+  EXPECT_EQ(bad, 0u) << "in packets";
+}
+
 TEST(Math, LaneRoundingToBf16IsTheOneRule) {
   std::size_t bad = 0;
   auto check = [&](float x) {

@@ -218,6 +218,8 @@ TEST(Backward, ItsStatementsAndTheUpdatesShowTheLinesThatCalledThem) {
   const int by_grad = __LINE__ + 1;
   tensor<float> loss2 = xtpu::sum(m.w * m.w);
   auto [gw] = xtpu::grad(loss2, m.w);
+  const int by_hand = __LINE__ + 1;
+  m.v = m.v * 0.5f;  // a parameter's own assignment
   xtpu::mark_step();
   xtpu::debug::set_level(0);
   std::ifstream in(file);
@@ -234,8 +236,10 @@ TEST(Backward, ItsStatementsAndTheUpdatesShowTheLinesThatCalledThem) {
   std::smatch found;
   ASSERT_TRUE(std::regex_search(out, found, run)) << out;
   EXPECT_GE(std::stoi(found[1]), 2) << out;
+  EXPECT_TRUE(has(out, line(by_hand))) << out;
   EXPECT_FALSE(has(out, "optimizer.hpp:")) << out;
   EXPECT_FALSE(has(out, "grad.hpp:")) << out;
+  EXPECT_FALSE(has(out, "parameter.hpp:")) << out;
   EXPECT_FALSE(has(out, "(no source location)")) << out;
   std::vector<double> twice = host(m.w);
   for (double& x : twice) x *= 2;

@@ -61,15 +61,35 @@ inline V scale(V y, V n) noexcept {
 }
 }  // namespace detail
 
-/// e^x.
+namespace detail {
+/// e^x for any x: clamped to [exp_min, exp_max] (past these, e^x is +inf or 0 anyway; the
+/// clamp keeps the reduction exact; NaN passes), x = n ln 2 + r, e^r scaled by 2^n in two
+/// steps (a denormal or infinite result rounded once).
+template <class V>
+inline V exp_clamped(V x) noexcept {
+  x = simd::select(x > V(exp_max), V(exp_max), simd::select(x < V(exp_min), V(exp_min), x));
+  const V n = simd::round_even(simd::mul(x, V(inv_ln2)));  // x / ln 2
+  const V r = (x - simd::mul(n, V(ln2_hi))) + simd::mul(n, V(ln2_lo));  // x - n ln 2 (ln 2 in two parts)
+  return scale(exp_reduced(r), n);
+}
+
+/// |x| <= exp_normal_max: n = round(x / ln 2) is in [-125, 125], so e^r 2^n (e^r in
+/// [0.70, 1.42)) is a normal float and scaling is adding n to its exponent bits.
+inline constexpr float exp_normal_max = 86.5f;
+}  // namespace detail
+
+/// e^x. A packet whose lanes are all within ±exp_normal_max (softmax's x - max, almost every
+/// activation) takes fewer steps: no clamp, n read from the rounding's own bits, the scaling
+/// one integer add — each step exact where exp_clamped's is, so the bits are exp_clamped's
+/// (test_loops compares them); any other packet is exp_clamped.
 template <class V>
 inline V exp(V x) noexcept {
-  // past these, e^x is +inf or 0 anyway; the clamp keeps the reduction exact (NaN passes)
-  using detail::exp_max, detail::exp_min;
-  x = simd::select(x > V(exp_max), V(exp_max), simd::select(x < V(exp_min), V(exp_min), x));
-  const V n = simd::round_even(simd::mul(x, V(detail::inv_ln2)));  // x / ln 2
-  const V r = (x - simd::mul(n, V(detail::ln2_hi))) + simd::mul(n, V(detail::ln2_lo));  // x - n ln 2 (ln 2 in two parts)
-  return detail::scale(detail::exp_reduced(r), n);
+  if (!simd::all_of(simd::abs(x) <= V(detail::exp_normal_max))) return detail::exp_clamped(x);
+  const V magic(12582912.0f);  // 1.5 * 2^23: t = magic + n, exactly (round_even's rounding)
+  const V t = simd::barrier(simd::mul(x, V(detail::inv_ln2)) + magic);
+  const V n = simd::barrier(t - magic);
+  const V r = (x - simd::mul(n, V(detail::ln2_hi))) + simd::mul(n, V(detail::ln2_lo));
+  return simd::from_bits<V>(simd::to_bits(detail::exp_reduced(r)) + simd::shift_left(simd::to_bits(t), 23));  // n << 23: t's low bits
 }
 
 namespace detail {

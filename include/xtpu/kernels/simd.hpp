@@ -234,6 +234,12 @@ inline mask_t<V> not_equal(V a, V b) noexcept {
   if constexpr (std::is_same_v<V, float>) return !(a == b);
   else return ~(a == b);
 }
+/// The bits of i shifted left by k, as unsigned (the bits shifted out are dropped).
+template <class I>
+inline I shift_left(I i, int k) noexcept {
+  if constexpr (std::is_integral_v<I>) return static_cast<I>(static_cast<std::uint32_t>(i) << k);
+  else return i << k;
+}
 /// |v| (clears the sign bit; NaN stays NaN).
 template <class V>
 inline V abs(V v) noexcept {

@@ -357,7 +357,8 @@ auto node_base<D>::to_host(xtpu::source_location where) const {
 /// bf16, a float operand added to a bf16 x needs cast<bf16>, and an int32 `n /= 2` is E205
 /// (int32 / int32 is true division). x's static type picks the assignment: a parameter seen
 /// as a plain tensor& is rebound without its link, as with `=`. Its statement has no source line
-/// (an operator cannot take the caller's; inside an optimizer's step it has the step's).
+/// (an operator function cannot have a defaulted argument; inside an optimizer's step it has
+/// the step's).
 #define XTPU_COMPOUND_ASSIGNMENT(SYMBOL)                                                                   \
   template <class X, class E>                                                                              \
     requires(detail::tensor_like<X> && !std::is_const_v<X> && requires(const X& x, const E& e) { x SYMBOL e; }) \

@@ -33,8 +33,10 @@ class parameter : public tensor<T, Dims...> {
     slot_->add = &detail::add_gradient<tensor_type>;
     link();
   }
+  /// Explicit, so that `p = e` has one reading (operator=(tensor_type) below, which keeps the
+  /// caller's line): write `parameter<float, 4> p(e)`, not `p = e`, to make one.
   template <detail::node E>
-  parameter(const E& e, xtpu::source_location where = xtpu::source_location::current())
+  explicit parameter(const E& e, xtpu::source_location where = xtpu::source_location::current())
       : parameter(tensor_type(e, where)) {}
   parameter(parameter&&) noexcept = default;
   parameter& operator=(parameter&&) noexcept = default;
@@ -42,13 +44,12 @@ class parameter : public tensor<T, Dims...> {
   parameter& operator=(const parameter&) = delete;
   ~parameter() = default;
 
-  /// A new value (the gradient stays): `w = w - lr * w.grad()`. Its statement has no source
-  /// line (an operator= cannot take the caller's; inside an optimizer's step it has the step's).
-  template <class E>
-    requires(detail::node<E> || std::is_same_v<E, tensor_type>)
-  parameter& operator=(const E& e) {
+  /// A new value (the gradient stays): `w = w - lr * w.grad()`. An expression becomes the
+  /// tensor v where it is written, so its statement shows that line (inside an optimizer's
+  /// step, the step's).
+  parameter& operator=(tensor_type v) {
     const std::shared_ptr<detail::storage> old = this->storage_ptr();
-    assign_in_place(e);
+    assign_in_place(v);
     if (old && old != this->storage_ptr() && old->param.lock() == slot_) old->param.reset();  // one value at a time
     return *this;
   }
@@ -58,8 +59,8 @@ class parameter : public tensor<T, Dims...> {
   /// read it already (nn::embedding's max_norm), where operator= keeps one value at a time.
   template <class E>
     requires(detail::node<E> || std::is_same_v<E, tensor_type>)
-  void assign_in_place(const E& e) {
-    if constexpr (detail::node<E>) tensor_type::operator=(tensor_type(e, xtpu::source_location{}));
+  void assign_in_place(const E& e, [[maybe_unused]] xtpu::source_location where = xtpu::source_location::current()) {
+    if constexpr (detail::node<E>) tensor_type::operator=(tensor_type(e, where));
     else tensor_type::operator=(e);
     link();
   }
