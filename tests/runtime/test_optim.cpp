@@ -268,7 +268,12 @@ TEST(Backward, SkipsFrozenParametersAndNeedsOne) {
   EXPECT_NE(late.find("call backward before mark_step and before reading the loss"), std::string::npos) << late;
 
   xtpu::nn::parameter<float, 3> first(plain);
-  EXPECT_THROW((xtpu::nn::parameter<float, 3>{plain}), xtpu::error);  // one value, one parameter
+  const std::string shared = error_message<xtpu::error>([&] { xtpu::nn::parameter<float, 3> second{plain}; });
+  EXPECT_NE(shared.find("two parameters cannot share one value"), std::string::npos) << shared;  // one value, one parameter
+  EXPECT_NE(shared.find("p = xtpu::detach(q) copies q's value"), std::string::npos) << shared;
+  xtpu::nn::parameter<float, 3> copy;
+  copy = xtpu::detach(first);  // what the message says works
+  EXPECT_EQ(host(copy), host(first));
 }
 
 TEST(Backward, AnUpdateInTheSameStepIsNotPartOfTheNextLoss) {

@@ -11,6 +11,7 @@
 // math::exp(+inf) = +inf, log(0) = -inf, log(x < 0) = NaN, NaN in -> NaN out.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <utility>
 
@@ -84,7 +85,9 @@ inline constexpr float exp_normal_max = 86.5f;
 /// (test_loops compares them); any other packet is exp_clamped.
 template <class V>
 inline V exp(V x) noexcept {
-  if (!simd::all_of(simd::abs(x) <= V(detail::exp_normal_max))) return detail::exp_clamped(x);
+  // compared as bits (NaN's are above 86.5's), so no flag can send a NaN down the short route
+  constexpr std::int32_t normal_max_bits = std::bit_cast<std::int32_t>(detail::exp_normal_max);
+  if (!simd::all_of(simd::to_bits(simd::abs(x)) <= simd::ints_t<V>(normal_max_bits))) return detail::exp_clamped(x);
   const V magic(12582912.0f);  // 1.5 * 2^23: t = magic + n, exactly (round_even's rounding)
   const V t = simd::barrier(simd::mul(x, V(detail::inv_ln2)) + magic);
   const V n = simd::barrier(t - magic);

@@ -14,7 +14,7 @@
 //   arch_of<P> — its xsimd architecture; lanes_t<P> (float, or xsimd::batch<float, A>);
 //   barrier(v) — an opaque copy: a product passed through it is never fused into the add
 //     that follows, whatever -ffp-contract the user's compiler runs with;
-//   mul, to_bits, from_bits, select, to_int_trunc, to_float_of — written once for both kinds
+//   mul, to_bits, from_bits, select, shift_left, to_int_trunc, to_float_of — written once for both kinds
 //     of lanes, so a loop's scalar tail and its SIMD body compute the same bits;
 //   store_stream(p, v) / stream_fence() — a store that skips the cache (no read of the line
 //     first: a loop whose output will not stay in the cache writes it once, not twice), and

@@ -91,7 +91,8 @@ class parameter : public tensor<T, Dims...> {
     auto& s = *this->storage_ptr();
     if (auto other = s.param.lock(); other && other != slot_)
       throw error("xtpu: nn::parameter: this value already belongs to another parameter; two parameters cannot "
-                  "share one value (a gradient would reach only one of them) — give each its own tensor");
+                  "share one value (a gradient would reach only one of them) — give each its own tensor: "
+                  "p = xtpu::detach(q) copies q's value");
     s.param = slot_;
   }
 
