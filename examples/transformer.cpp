@@ -1,7 +1,8 @@
 // A small causal language model: token and position embeddings, an encoder stack of two
 // pre-norm transformer layers (multi-head self-attention with a causal mask, a GELU
 // feed-forward) and its final layer norm (nn::transformer_encoder), and a head to the
-// vocabulary, trained by cross_entropy + AdamW with a warm-up and a cosine learning rate to
+// vocabulary, trained by cross_entropy + AdamW (no weight decay on biases and norms:
+// no_decay) with a warm-up and a cosine learning rate to
 // predict each next token of sequences t[i+1] = (t[i] + t[i-1]) mod 16 — a rule that needs the
 // two previous tokens, so attention must look back. Parameters carry torch's names
 // ("encoder.layers.0.self_attn.in_proj_weight"). Self-checking: exits non-zero unless the loss
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 constexpr std::size_t vocab = 16, seq = 16, batch = 8, dim = 32, heads = 4;
@@ -53,6 +55,10 @@ int main() {
   });
   std::printf("\n");
   xtpu::optim::adamw opt(m, {.lr = 3e-3f, .weight_decay = 0.01f});
+  const std::size_t undecayed = opt.no_decay([](std::string_view name) {  // torch's usual group: biases and norms
+    return name.ends_with("bias") || name.find("norm") != std::string_view::npos;
+  });
+  std::printf("%zu tensors without weight decay (biases, norms)\n", undecayed);
 
   constexpr int steps = 300;
   const xtpu::optim::warmup_cosine schedule{.base = 3e-3f, .warmup = 20, .total = steps};

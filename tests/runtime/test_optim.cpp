@@ -408,3 +408,45 @@ TEST(Optim, AdamAndAdamWMatchTorchFormulas) {
 }
 
 }  // namespace
+
+namespace {
+TEST(Optim, NoDecayLeavesTheParametersItNamesUndecayed) {
+  // w (3) takes the decay, v (2, 2) none: each optimizer against its formulas with wd on w alone
+  const double wd = 0.05;
+  for (int kind = 0; kind < 3; ++kind) {  // sgd, adam, adamw
+    pair_model model = make_pair();
+    std::vector<double> m(7), v(7);
+    auto step = [&](std::vector<double>& p, double lr, int t) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        const double decay = i < 3 ? wd : 0.0;
+        double g = grads[i];
+        if (kind == 0) {
+          p[i] -= lr * (g + decay * p[i]);
+          continue;
+        }
+        if (kind == 2) p[i] *= 1 - lr * decay;
+        else g += decay * p[i];
+        m[i] += (1 - 0.9) * (g - m[i]);
+        v[i] = 0.999 * v[i] + (1 - 0.999) * g * g;
+        const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.999, t);
+        p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + 1e-8);
+      }
+    };
+    auto only_v = [](std::string_view name) { return name == "v"; };
+    if (kind == 0) {
+      xtpu::optim::sgd opt(model, {.lr = 0.1f, .weight_decay = 0.05f});
+      EXPECT_EQ(opt.no_decay(only_v), 1u);
+      run_and_compare(opt, model, grads, step, 12);
+    } else if (kind == 1) {
+      xtpu::optim::adam opt(model, {.weight_decay = 0.05f});
+      EXPECT_EQ(opt.no_decay(only_v), 1u);
+      EXPECT_EQ(opt.no_decay([](std::string_view) { return false; }), 0u);  // what it matched before stays off
+      run_and_compare(opt, model, grads, step, 12);
+    } else {
+      xtpu::optim::adamw opt(model, {.weight_decay = 0.05f});
+      EXPECT_EQ(opt.no_decay(only_v), 1u);
+      run_and_compare(opt, model, grads, step, 12);
+    }
+  }
+}
+}  // namespace

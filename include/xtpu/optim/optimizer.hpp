@@ -15,6 +15,8 @@
 // runs on the optimizer's f32 copy and the parameter gets it rounded once, so updates smaller
 // than a bf16 step add up. for_each_state(f) names and exposes every state tensor and
 // holds_state(i) tells whether parameter i has any yet (checkpoints).
+// no_decay(pred): the parameters whose name pred accepts take no weight decay (torch's param
+// group of biases and norms with weight_decay 0), the others the options' — the same graph.
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
 // module); xtpu::error from sgd's step for Nesterov without momentum or with dampening;
@@ -27,6 +29,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -169,12 +172,30 @@ struct master_weights {
   xtpu::detail::undoable<std::vector<std::weak_ptr<xtpu::detail::storage>>> written;
 };
 
+/// Which parameters take the options' weight decay (all of them until no_decay): the factor
+/// parameter i's decay is multiplied by — a run-time scalar, so excluding some changes no graph.
+struct decay_mask {
+  explicit decay_mask(std::size_t n) : on(n, 1) {}
+  /// Parameters of model whose name pred accepts: off; the count of them.
+  template <class Model, class Pred>
+  std::size_t exclude(Model& model, Pred& pred) {
+    std::size_t i = 0, n = 0;
+    nn::for_each_parameter(model, [&](const std::string& name, auto&) {
+      if (pred(std::string_view(name))) on[i] = 0, ++n;
+      ++i;
+    });
+    return n;
+  }
+  float of(std::size_t i, float weight_decay) const { return on[i] ? weight_decay : 0.0f; }
+  std::vector<char> on;
+};
+
 /// Adam's moments and update for one parameter (PyTorch's single-tensor formulas);
 /// decoupled: AdamW's decay of the weight itself, else an L2 term added to the gradient.
 template <class P, class Options>
 void adam_update(P& p, std::size_t i, std::int64_t t, state_slots& m, state_slots& v, master_weights& master,
-                 const Options& o, bool decoupled) {
-  const float lr = o.lr, beta1 = o.beta1, beta2 = o.beta2, eps = o.eps, weight_decay = o.weight_decay;
+                 const Options& o, float weight_decay, bool decoupled) {
+  const float lr = o.lr, beta1 = o.beta1, beta2 = o.beta2, eps = o.eps;
   using P_t = std::remove_cvref_t<P>;
   const auto w = master.weight(p, i, o.master_weights);
   const auto g = cast<float>(p.grad()) + (decoupled ? 0.0f : weight_decay) * w;      // (shape) f32
@@ -214,9 +235,19 @@ template <class Model>
 class sgd {
  public:
   sgd(Model& model, sgd_options o = {})
-      : model_(&model), o_(o), momentum_(nn::parameter_tensors_v<Model>), master_(nn::parameter_tensors_v<Model>) {}
+      : model_(&model),
+        o_(o),
+        momentum_(nn::parameter_tensors_v<Model>),
+        master_(nn::parameter_tensors_v<Model>),
+        decays_(nn::parameter_tensors_v<Model>) {}
   sgd_options& options() noexcept { return o_; }
   const sgd_options& options() const noexcept { return o_; }
+  /// The parameters whose name pred(std::string_view) accepts take no weight decay from now on
+  /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
+  template <class Pred>
+  std::size_t no_decay(Pred pred) {
+    return decays_.exclude(*model_, pred);
+  }
 
   /// Records the update of every parameter (its statements show `where`'s line).
   void step(xtpu::source_location where = xtpu::source_location::current()) {
@@ -228,7 +259,7 @@ class sgd {
     detail::update_each(*model_, [&](std::size_t i, auto& p) {
       using P_t = std::remove_cvref_t<decltype(p)>;
       const auto w = master_.weight(p, i, o_.master_weights);
-      const auto d = cast<float>(p.grad()) + o_.weight_decay * w;
+      const auto d = cast<float>(p.grad()) + decays_.of(i, o_.weight_decay) * w;
       if (o_.momentum == 0.0f) {
         master_.write(p, i, o_.master_weights, w - o_.lr * d);
         return;
@@ -259,6 +290,7 @@ class sgd {
   sgd_options o_;
   detail::state_slots momentum_;
   detail::master_weights master_;
+  detail::decay_mask decays_;
 };
 
 namespace detail {
@@ -272,9 +304,16 @@ class adam_family {
         m_(nn::parameter_tensors_v<Model>),
         v_(nn::parameter_tensors_v<Model>),
         master_(nn::parameter_tensors_v<Model>),
+        decays_(nn::parameter_tensors_v<Model>),
         counts_(counts{0, std::vector<std::int64_t>(nn::parameter_tensors_v<Model>, 0)}) {}
   Options& options() noexcept { return o_; }
   const Options& options() const noexcept { return o_; }
+  /// The parameters whose name pred(std::string_view) accepts take no weight decay from now on
+  /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
+  template <class Pred>
+  std::size_t no_decay(Pred pred) {
+    return decays_.exclude(*model_, pred);
+  }
   std::int64_t steps() const noexcept { return counts_->t; }
   std::int64_t& steps() noexcept { return counts_->t; }  // settable: a checkpoint restores it
 
@@ -284,7 +323,9 @@ class adam_family {
     counts_.keep_for_discard();
     master_.written.keep_for_discard();
     ++counts_->t;
-    update_each(*model_, [&](std::size_t i, auto& p) { adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, Decoupled); });
+    update_each(*model_, [&](std::size_t i, auto& p) {
+      adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, decays_.of(i, o_.weight_decay), Decoupled);
+    });
   }
   void zero_grad() { nn::zero_grad(*model_); }
 
@@ -306,6 +347,7 @@ class adam_family {
   Options o_;
   state_slots m_, v_;
   master_weights master_;
+  decay_mask decays_;
   struct counts {
     std::int64_t t;                // step() calls
     std::vector<std::int64_t> of;  // per parameter: the updates it took (torch's state['step'])

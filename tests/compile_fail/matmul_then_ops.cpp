@@ -1,0 +1,20 @@
+// expect: xtpu E301
+#undef XTPU_NO_AUTODIFF  // the gradient rules compiled too (what a user builds): no cascade from them
+#include <xtpu/xtpu.hpp>
+int main() {  // a failed product read by further ops: its error alone (each op over it checks nothing)
+  xtpu::tensor<float, 8, 64> x;
+#ifdef XTPU_EXPECT_COMPILE_FAIL
+  xtpu::tensor<float, 256, 64> w;  // torch's (Out, In) layout: should be transpose(w)
+#else
+  xtpu::tensor<float, 64, 256> w;
+#endif
+  xtpu::tensor<float, 256> b;
+  xtpu::tensor<std::int32_t, 8> y;
+  xtpu::tensor<float, 8, 256> h = xtpu::relu(xtpu::matmul(x, w) + b);  // broadcast (E101 against the stand-in)
+  xtpu::tensor<float, 8> s = xtpu::sum<1>(xtpu::matmul(x, w) * 2.0f);  // a reduction's axis
+  xtpu::tensor<float, 256, 8> t = xtpu::transpose(xtpu::matmul(x, w));  // a layout op
+  xtpu::tensor<float, 2048> r = xtpu::reshape<2048>(xtpu::matmul(x, w));  // a reshape's count
+  xtpu::tensor<float, 8, 256> m = xtpu::matmul(xtpu::matmul(x, w), xtpu::ones<float, 256, 256>());  // a product over it
+  xtpu::tensor<float> loss = xtpu::nn::cross_entropy(xtpu::matmul(x, w) + b, y);  // a loss over it
+  (void)h, (void)s, (void)t, (void)r, (void)m, (void)loss;
+}
