@@ -15,6 +15,9 @@ int main() {  // a failed product read by further ops: its error alone (each op 
   xtpu::tensor<float, 256, 8> t = xtpu::transpose(xtpu::matmul(x, w));  // a layout op
   xtpu::tensor<float, 2048> r = xtpu::reshape<2048>(xtpu::matmul(x, w));  // a reshape's count
   xtpu::tensor<float, 8, 256> m = xtpu::matmul(xtpu::matmul(x, w), xtpu::ones<float, 256, 256>());  // a product over it
-  xtpu::tensor<float> loss = xtpu::nn::cross_entropy(xtpu::matmul(x, w) + b, y);  // a loss over it
-  (void)h, (void)s, (void)t, (void)r, (void)m, (void)loss;
+  xtpu::tensor<float> loss = xtpu::nn::cross_entropy(xtpu::matmul(x, w) + b, y);  // losses over it
+  xtpu::tensor<float> sq = xtpu::nn::mse(xtpu::matmul(x, w), xtpu::zeros<float, 8, 256>());
+  xtpu::tensor<float, 8, 128> half = xtpu::slice<1, 0, 128>(xtpu::matmul(x, w) * 2.0f);  // layout ops
+  xtpu::tensor<float, 16, 256> both = xtpu::concat<0>(xtpu::matmul(x, w), xtpu::matmul(x, w));
+  (void)h, (void)s, (void)t, (void)r, (void)m, (void)loss, (void)sq, (void)half, (void)both;
 }

@@ -433,6 +433,25 @@ TEST(Optim, NoDecayLeavesTheParametersItNamesUndecayed) {
       }
     };
     auto only_v = [](std::string_view name) { return name == "v"; };
+    if (kind == 2) {  // with w frozen before v: v's decay found by v's own index
+      pair_model frozen = make_pair();
+      frozen.w.requires_grad(false);
+      xtpu::optim::adamw opt(frozen, {.weight_decay = 0.05f});
+      EXPECT_EQ(opt.no_decay(only_v), 1u);
+      const std::vector<double> w0 = host(frozen.w);
+      std::vector<double> pv = host(frozen.v), mv(4), vv(4);
+      for (int t = 1; t <= 3; ++t) {
+        xtpu::backward(xtpu::sum(frozen.w * 2.0f) + xtpu::sum(frozen.v * 3.0f));
+        xtpu::optimizer_step(opt);
+        for (std::size_t i = 0; i < 4; ++i) {  // g = 3, no decay
+          mv[i] += (1 - 0.9) * (3.0 - mv[i]);
+          vv[i] = 0.999 * vv[i] + (1 - 0.999) * 9.0;
+          pv[i] -= 1e-3 / (1 - std::pow(0.9, t)) * mv[i] / (std::sqrt(vv[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+        }
+      }
+      EXPECT_EQ(host(frozen.w), w0);
+      EXPECT_TRUE(all_near(host(frozen.v), pv, 1e-6, 1e-8));
+    }
     if (kind == 0) {
       xtpu::optim::sgd opt(model, {.lr = 0.1f, .weight_decay = 0.05f});
       EXPECT_EQ(opt.no_decay(only_v), 1u);

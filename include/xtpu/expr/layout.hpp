@@ -72,9 +72,11 @@ template <int Axis, std::size_t Begin, std::size_t End, expression E>
 constexpr auto slice(E&& e) {
   using C = detail::node_t<E>;
   using S = typename C::shape_type;
-  check::axis<S, Axis>();
   constexpr std::size_t ax = detail::axis_of<S, Axis>;
-  check::slice<S, ax, Begin, End>();
+  if constexpr (detail::operands_well_formed_v<C>) {  // (else the operand's own error stands alone)
+    check::axis<S, Axis>();
+    check::slice<S, ax, Begin, End>();
+  }
   if constexpr (detail::slice_in_range_v<S, ax, Begin, End>)
     return slice_node<ax, Begin, End, C>{{}, {detail::as_node(std::forward<E>(e))}};
   else
@@ -104,9 +106,11 @@ template <int Axis, expression... E>
   requires(sizeof...(E) >= 1)
 constexpr auto concat(E&&... e) {
   using S0 = typename std::tuple_element_t<0, std::tuple<detail::node_t<E>...>>::shape_type;
-  check::axis<S0, Axis>();
   constexpr std::size_t ax = detail::axis_of<S0, Axis>;
-  check::concat<ax, typename detail::node_t<E>::shape_type...>();
+  if constexpr (detail::operands_well_formed_v<detail::node_t<E>...>) {  // (else an operand's own error stands alone)
+    check::axis<S0, Axis>();
+    check::concat<ax, typename detail::node_t<E>::shape_type...>();
+  }
   return concat_node<ax, detail::node_t<E>...>{{}, {detail::as_node(std::forward<E>(e))...}};
 }
 

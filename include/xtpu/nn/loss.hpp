@@ -32,6 +32,23 @@
 #include "xtpu/expr/composite.hpp"
 #include "xtpu/lazy/tensor.hpp"
 
+namespace xtpu::detail {
+/// A loss over two values of one shape: whether a and b are well formed and of one shape, and
+/// E102 if they are well formed and are not (the rest of the loss is then not instantiated, so
+/// the error stands alone).
+template <class A, class B>
+constexpr bool same_shapes_checked() {
+  if constexpr (!operands_well_formed_v<A, B>) {
+    return false;  // an operand's own error stands alone
+  } else {
+    check::assign<typename shape_of<B>::type, typename shape_of<A>::type>();
+    return std::is_same_v<typename shape_of<A>::type, typename shape_of<B>::type>;
+  }
+}
+template <class A, class B>
+inline constexpr bool same_shapes_checked_v = same_shapes_checked<A, B>();
+}  // namespace xtpu::detail
+
 namespace xtpu::nn {
 
 struct cross_entropy_options {
@@ -79,17 +96,20 @@ template <class Student, class Teacher>
 tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float temperature = 1.0f,
                          xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  check::assign<typename detail::shape_of<Teacher>::type, typename detail::shape_of<Student>::type>();
-  const auto logp = detail::as_tensor(log_softmax<-1>(cast<float>(student) / temperature));  // (..., C) f32
-  const auto p_teacher = detach(softmax<-1>(cast<float>(teacher) / temperature));
-  return mean(-sum<-1>(p_teacher * logp)) * (temperature * temperature);
+  if constexpr (!detail::same_shapes_checked_v<Student, Teacher>) {
+    return {};  // E102 (or an operand's own error) alone
+  } else {
+    const auto logp = detail::as_tensor(log_softmax<-1>(cast<float>(student) / temperature));  // (..., C) f32
+    const auto p_teacher = detach(softmax<-1>(cast<float>(teacher) / temperature));
+    return mean(-sum<-1>(p_teacher * logp)) * (temperature * temperature);
+  }
 }
 
 template <class A, class B>
 tensor<float> mse(const A& a, const B& b, xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  check::assign<typename detail::shape_of<B>::type, typename detail::shape_of<A>::type>();
-  return mean(square(cast<float>(a) - cast<float>(b)));
+  if constexpr (!detail::same_shapes_checked_v<A, B>) return {};  // E102 (or an operand's own error) alone
+  else return mean(square(cast<float>(a) - cast<float>(b)));
 }
 
 // logits (...), targets (...) in [0, 1] -> ()
@@ -97,9 +117,12 @@ template <class X, class Y>
 tensor<float> binary_cross_entropy_with_logits(const X& logits, const Y& targets,
                                                xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  check::assign<typename detail::shape_of<Y>::type, typename detail::shape_of<X>::type>();
-  const auto x = detail::as_tensor(cast<float>(logits));
-  return mean((1.0f - cast<float>(targets)) * x + softplus(-x));
+  if constexpr (!detail::same_shapes_checked_v<X, Y>) {
+    return {};  // E102 (or an operand's own error) alone
+  } else {
+    const auto x = detail::as_tensor(cast<float>(logits));
+    return mean((1.0f - cast<float>(targets)) * x + softplus(-x));
+  }
 }
 
 }  // namespace xtpu::nn
