@@ -7,9 +7,13 @@
 // 3. xtpu::no_recompile_after(0) once the loop is steady; then an evaluation on a batch of
 //    another size needs a new plan: compilation_error, saying which statement differs. The
 //    step stays pending; after xtpu::allow_recompiles() it runs.
+// 4. xtpu::set_check_indices(true) (as XTPU_CHECK_INDICES=1): a label outside the classes is an
+//    index_error where cross_entropy is called, naming the label, its place and the line — and
+//    nothing is recorded; without it the loss would be NaN.
 // The debug output goes to debug_step.log in the working directory and is printed at the end.
 // Self-checking: exits non-zero unless the loss falls, the log has exactly the expected
-// blocks and warning, and the late compile threw with the difference and lost nothing.
+// blocks and warning, the late compile threw with the difference and lost nothing, and the
+// bad label was caught before it was recorded.
 #include <xtpu/bench/steps.hpp>
 #include <xtpu/xtpu.hpp>
 
@@ -20,6 +24,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 std::size_t count(const std::string& text, const std::string& what) {
@@ -91,13 +96,34 @@ int main() {
   const std::string out = text.str();
   std::cout << "---- " << log << " ----\n" << out << "----\n";
 
+  // 4. labels checked as they are used (a batch from the host: its values are there to read)
+  xtpu::set_check_indices(true);
+  const std::vector<float> scores(eval_batch * 3, 0.5f);
+  const tensor<float, eval_batch, 3> logits = xtpu::from_host<float, eval_batch, 3>(scores.data(), scores.size());
+  std::vector<std::int32_t> labels{0, 1, 2, 0, 3, 1, 2, 0};  // 3 is not one of the 3 classes
+  const std::size_t before = xtpu::lazy::pending_statements();
+  std::string bad_label;
+  try {
+    const tensor<float> ce = xtpu::nn::cross_entropy(logits, xtpu::from_host<std::int32_t, eval_batch>(labels.data(), labels.size()));
+  } catch (const xtpu::index_error& e) {
+    bad_label = e.what();
+    std::printf("caught index_error:\n%s\n", bad_label.c_str());
+  }
+  const bool nothing_recorded = xtpu::lazy::pending_statements() == before;
+  labels[4] = 2;
+  const tensor<float> ce = xtpu::nn::cross_entropy(logits, xtpu::from_host<std::int32_t, eval_batch>(labels.data(), labels.size()));
+  const bool caught = bad_label.find("label 3 at [4] of the labels (8) is outside [0, 3)") != std::string::npos &&
+                      nothing_recorded && std::abs(ce.item() - std::log(3.0f)) < 1e-6f;  // equal scores: ln 3
+
   const bool learned = last < 0.5f * first;
   const bool timed = timing.compiles == 0 && timing.sync_points == 0 && timing.step_ms.size() == 20;
   const bool blocks = count(out, "Compilation Analysis: Compilation Cause") == 3;  // init, training, evaluation
   const bool warned = count(out, "xtpu-profiler: TransferFromDeviceTime too frequent: 10 counts during 10 steps") == 1;
   const bool guarded = late.find("it differs from the closest cached graph") != std::string::npos &&
                        late.find("-> f32[8,") != std::string::npos && still_pending && std::isfinite(p0);
-  std::printf("learned: %s; timed without a compile: %s; compile blocks: %s; transfer warning: %s; late compile guarded: %s\n",
-              learned ? "yes" : "NO", timed ? "yes" : "NO", blocks ? "3" : "WRONG", warned ? "yes" : "NO", guarded ? "yes" : "NO");
-  return learned && timed && blocks && warned && guarded ? 0 : 1;
+  std::printf("learned: %s; timed without a compile: %s; compile blocks: %s; transfer warning: %s; late compile guarded: %s; "
+              "bad label caught: %s\n",
+              learned ? "yes" : "NO", timed ? "yes" : "NO", blocks ? "3" : "WRONG", warned ? "yes" : "NO", guarded ? "yes" : "NO",
+              caught ? "yes" : "NO");
+  return learned && timed && blocks && warned && guarded && caught ? 0 : 1;
 }

@@ -32,6 +32,11 @@ class compilation_error : public error {
 class sync_error : public error {
   using error::error;
 };
+/// An int32 index or label outside its range, found by XTPU_CHECK_INDICES (lazy/index_check.hpp)
+/// before the statement reading it was recorded.
+class index_error : public error {
+  using error::error;
+};
 /// Reading or writing a checkpoint failed.
 class checkpoint_error : public error {
   using error::error;

@@ -17,7 +17,7 @@ using xtpu_test::has;
 /// Restores every knob apply() touches, and the environment variables a test sets.
 struct Config : ::testing::Test {
   void TearDown() override {
-    for (const char* v : {"XTPU_DEBUG", "XTPU_USE_BF16", "XTPU_CACHE_SIZE"}) ::unsetenv(v);
+    for (const char* v : {"XTPU_DEBUG", "XTPU_USE_BF16", "XTPU_CACHE_SIZE", "XTPU_CHECK_INDICES"}) ::unsetenv(v);
     xtpu::config{}.from_env().apply();
   }
 };
@@ -26,8 +26,11 @@ TEST_F(Config, PresetsAreTheSeedsModes) {
   const auto q = xtpu::config::preset("quick_test");
   EXPECT_EQ(q.debug, 1);
   EXPECT_EQ(q.no_recompile_after, -1);
+  EXPECT_TRUE(q.check_indices);
   EXPECT_EQ(xtpu::config::preset("development").debug, 2);
+  EXPECT_TRUE(xtpu::config::preset("development").check_indices);
   EXPECT_EQ(xtpu::config::preset("training").debug, 0);
+  EXPECT_FALSE(xtpu::config::preset("training").check_indices);
   EXPECT_EQ(xtpu::config::preset("training").plan_cache, 1024u);
   EXPECT_TRUE(xtpu::config::preset("inference").use_bf16);
   EXPECT_EQ(xtpu::config::preset("inference").no_recompile_after, 2);
@@ -42,6 +45,12 @@ TEST_F(Config, TheEnvironmentOverridesAPresetAndIsChecked) {
   const auto c = xtpu::config::preset("inference").from_env();
   EXPECT_EQ(c.debug, 2);
   EXPECT_FALSE(c.use_bf16);  // the variable over the preset's bf16
+  ::setenv("XTPU_CHECK_INDICES", "1", 1);
+  EXPECT_TRUE(xtpu::config{}.from_env().check_indices);
+  ::setenv("XTPU_CHECK_INDICES", "2", 1);
+  EXPECT_TRUE(has(error_message<xtpu::config_error>([] { (void)xtpu::config{}.from_env(); }),
+                  "XTPU_CHECK_INDICES='2' is not valid for check_indices: expected an integer in [0, 1]"));
+  ::unsetenv("XTPU_CHECK_INDICES");
   EXPECT_EQ(c.no_recompile_after, 2);  // no variable for it: the preset's
   ::setenv("XTPU_DEBUG", "5", 1);
   const std::string m = error_message<xtpu::config_error>([] { (void)xtpu::config{}.from_env(); });
@@ -61,6 +70,8 @@ TEST_F(Config, ApplySetsEveryKnob) {
   EXPECT_EQ(xtpu::device::current().memory_fraction(), 0.5);
   EXPECT_EQ(xtpu::device::current().name(), "v5e:0");
   EXPECT_TRUE(xtpu::debug::detail::strict_now());
+  EXPECT_TRUE(xtpu::check_indices());  // the preset's
+  EXPECT_TRUE(has(c.text(), "check_indices       on\n")) << c.text();
   EXPECT_TRUE(has(c.text(), "plan_cache          77\n")) << c.text();
   EXPECT_TRUE(has(c.text(), "no_recompile_after  0 steps\n")) << c.text();
   c.memory_fraction = 2;  // out of (0, 1]: the setter's error, naming it
@@ -118,6 +129,7 @@ TEST_F(Config, FlagsOverTheEnvironmentOverThePreset) {
   EXPECT_EQ(c.device, "v5e");
   EXPECT_EQ(parse({"--bf16", "true", "--device", "v6e", "--chip", "2"}).device_index, 2);
   EXPECT_TRUE(parse({"--bf16", "true"}).use_bf16);
+  EXPECT_FALSE(parse({"--preset", "quick_test", "--check-indices", "false"}).check_indices);
 }
 
 TEST_F(Config, ABadFlagIsAnErrorNamingIt) {

@@ -227,6 +227,39 @@ TEST_F(Debug, AStatementAddedOrTakenAwayIsNamedAlone) {
   EXPECT_EQ(count(diff, "\n"), 2u) << diff;
 }
 
+// An evaluation beside a training step: a few statements alike (the forward pass's first),
+// many more in one of them — said first, then the first differences.
+TEST_F(Debug, AStepOfAnotherKindIsSaidToBeOne) {
+  {  // "training": the forward statements, then four more
+    f48 h = a + b;
+    f48 y = h * a;
+    f48 g = y - b;
+    f48 u = xtpu::relu(g);
+    f48 v = u * b;
+    f48 w = v + a;
+    xtpu::mark_step();
+  }
+  {  // "evaluation": the first statement alike, another after it
+    f48 h = a + b;
+    f48 p = xtpu::tanh(h);
+    xtpu::mark_step();
+  }
+  const std::string diff = last_differences(output());
+  EXPECT_TRUE(has(diff, "Compilation Analysis:   a step of another kind, it seems (an evaluation beside the training step? "
+                        "each kind compiles once): 1 of its 2 statements equal the cached graph's at the same number, of 6; "
+                        "if it should have matched, the first differences are\n")) << diff;
+  EXPECT_TRUE(has(diff, "it has 2 statements, the cached graph 6")) << diff;
+  EXPECT_LE(count(diff, "\n"), 4u) << diff;
+  {  // the same kind with two statements fewer: not said
+    f48 h = a + b;
+    f48 y = h * a;
+    f48 g = y - b;
+    f48 u = xtpu::exp(g);
+    xtpu::mark_step();
+  }
+  EXPECT_FALSE(has(last_differences(output()), "another kind")) << output();
+}
+
 TEST_F(Debug, TheBf16StorageSettingIsNamedAsTheDifference) {
   {
     f48 t = a + b;

@@ -410,6 +410,60 @@ TEST(Optim, AdamAndAdamWMatchTorchFormulas) {
 }  // namespace
 
 namespace {
+TEST(Optim, LrScaleGivesTheParametersItNamesTheirOwnRate) {
+  // w (3) at the options' rate, v (2, 2) at a quarter of it, weight decay on both: each optimizer
+  // against its formulas with the rate per parameter (torch's two param groups), the schedule
+  // moving both; changing the factor compiles nothing
+  const double wd = 0.05;
+  for (int kind = 0; kind < 3; ++kind) {  // sgd, adam, adamw
+    pair_model model = make_pair();
+    std::vector<double> m(7), v(7);
+    auto step = [&](std::vector<double>& p, double lr_all, int t) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        const double lr = i < 3 ? lr_all : static_cast<double>(static_cast<float>(lr_all) * 0.25f);
+        double g = grads[i];
+        if (kind == 0) {
+          p[i] -= lr * (g + wd * p[i]);
+          continue;
+        }
+        if (kind == 2) p[i] *= 1 - lr * wd;
+        else g += wd * p[i];
+        m[i] += (1 - 0.9) * (g - m[i]);
+        v[i] = 0.999 * v[i] + (1 - 0.999) * g * g;
+        const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.999, t);
+        p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + 1e-8);
+      }
+    };
+    auto only_v = [](std::string_view name) { return name == "v"; };
+    auto check = [&](auto& opt) {
+      EXPECT_EQ(opt.lr_scale(only_v, 0.25f), 1u);
+      const std::string bad = xtpu_test::error_message<xtpu::error>([&] { opt.lr_scale(only_v, -1.0f); });
+      EXPECT_NE(bad.find("xtpu: optim: lr_scale's factor must be finite and >= 0, got -1"), std::string::npos) << bad;
+      EXPECT_NE(xtpu_test::error_message<xtpu::error>([&] { opt.lr_scale(only_v, NAN); }), "");
+      std::int64_t warm = 0;
+      run_and_compare(opt, model, grads, step, 12, &warm);
+      EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a rate recompiled";
+      opt.lr_scale(only_v, 0.5f);  // another factor: the same graph as run_and_compare's steps
+      const tensor<float, 3> cw = device<float, 3>({1.0f, 2.0f, 3.0f});
+      const tensor<float, 2, 2> cv = device<float, 2, 2>({1.0f, 2.0f, 3.0f, 4.0f});
+      tensor<float> loss = xtpu::sum(model.w * cw) + xtpu::sum(model.v * cv);
+      xtpu::backward(loss);
+      xtpu::optimizer_step(opt);
+      EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a new factor recompiled";
+    };
+    if (kind == 0) {
+      xtpu::optim::sgd opt(model, {.lr = 0.1f, .weight_decay = 0.05f});
+      check(opt);
+    } else if (kind == 1) {
+      xtpu::optim::adam opt(model, {.weight_decay = 0.05f});
+      check(opt);
+    } else {
+      xtpu::optim::adamw opt(model, {.weight_decay = 0.05f});
+      check(opt);
+    }
+  }
+}
+
 TEST(Optim, NoDecayLeavesTheParametersItNamesUndecayed) {
   // w (3) takes the decay, v (2, 2) none: each optimizer against its formulas with wd on w alone
   const double wd = 0.05;

@@ -10,6 +10,7 @@
 // repeated indices summed in order) against float64 sums, the scatter's own gradient (a
 // gather), the same bits at 1 and 2 threads, and a label's log-probability picked by gather
 // equal to cross_entropy's.
+#include "files.hpp"
 #include "grad_check.hpp"
 
 #include <gtest/gtest.h>
@@ -463,6 +464,90 @@ TEST(Embedding, MaxNormsRescalingIsDiscardedWithItsStepAndBadValuesAreErrors) {
   for (std::size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i], static_cast<double>(wv[i])) << "element " << i;
   // a plain embedding has no max_norm to set (its constructor refuses one: E606)
   static_assert(!has_max_norm<lookup> && has_max_norm<capped_lookup>);
+}
+
+// ---- XTPU_CHECK_INDICES ---------------------------------------------------------------
+
+/// Turns the index check on for one test, and off again after it.
+struct checked_indices {
+  checked_indices() { xtpu::set_check_indices(true); }
+  ~checked_indices() { xtpu::set_check_indices(false); }
+  checked_indices(const checked_indices&) = delete;
+  checked_indices& operator=(const checked_indices&) = delete;
+};
+
+/// What f throws as an index_error (and that it recorded nothing), or "" if it throws none.
+template <class F>
+std::string index_error_of(F&& f) {
+  const std::size_t before = xtpu::lazy::pending_statements();
+  try {
+    f();
+  } catch (const xtpu::index_error& e) {
+    EXPECT_EQ(xtpu::lazy::pending_statements(), before) << "an index_error left a statement recorded";
+    return e.what();
+  }
+  return "";
+}
+
+TEST(IndexCheck, TakeAndGatherOfAReadyTensorThrowNamingTheValueItsPlaceAndTheRange) {
+  const auto x = device<float, 2, 5, 3>(values(30, 1));
+  const auto at = ids<2, 2>({4, 0, 2, 5});  // 5 is outside [0, 5) at [1, 1]
+  const auto off = [&] { const tensor<float, 2, 2, 2, 3> t = xtpu::take<1>(x, at); };
+  EXPECT_EQ(index_error_of(off), "");  // off by default: 5 reads zeros
+  xtpu::mark_step();
+  const checked_indices on;
+  const int line = __LINE__ + 1;
+  std::string m = index_error_of([&] { const tensor<float, 2, 2, 2, 3> t = xtpu::take<1>(x, at) * 2.0f; });
+  EXPECT_TRUE(has(m, "xtpu: take<1> at ")) << m;
+  EXPECT_TRUE(has(m, "test_take.cpp:" + std::to_string(line) + "): index 5 at [1, 1] of the indices (2, 2) is outside [0, 5) "
+                     "(XTPU_CHECK_INDICES is on; the statement was not recorded)")) << m;
+  m = index_error_of([&] { const tensor<float, 3, 5, 3> t = xtpu::take<0>(x, ids<3>({1, -1, 0})); });
+  EXPECT_TRUE(has(m, "index -1 at [1] of the indices (3) is outside [0, 2)")) << m;
+  // gather, through a reshape of the labels (cross_entropy's by hand): the leaf's values and dims
+  const auto z = device<float, 4, 3>(values(12, 2));
+  m = index_error_of([&] { const tensor<float, 4, 1> t = xtpu::gather<1>(z, xtpu::reshape<4, 1>(ids<4>({0, 2, 3, 1}))); });
+  EXPECT_TRUE(has(m, "xtpu: gather<1> at ")) << m;
+  EXPECT_TRUE(has(m, "index 3 at [2] of the indices (4) is outside [0, 3)")) << m;
+  // in range: recorded and run as without the check
+  const tensor<float, 4, 1> fine = xtpu::gather<1>(z, xtpu::reshape<4, 1>(ids<4>({0, 2, 2, 1})));
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 1u);
+  xtpu::mark_step();
+  const auto zh = host(z);
+  EXPECT_EQ(host(fine), (std::vector<double>{zh[0], zh[3 + 2], zh[6 + 2], zh[9 + 1]}));
+}
+
+TEST(IndexCheck, IndicesTheStepComputesAreNotRead) {
+  const checked_indices on;
+  const auto x = device<float, 5, 3>(values(15, 1));
+  const tensor<std::int32_t, 2> at = ids<2>({1, 7}) + 0;  // pending: reading it would be a sync
+  const tensor<float, 2, 3> t = xtpu::take<0>(x, at);
+  xtpu::mark_step();
+  EXPECT_EQ(host(t)[3], 0.0);  // 7: zeros, as without the check
+}
+
+TEST(IndexCheck, EmbeddingAndCrossEntropyNameTheCallersLine) {
+  const checked_indices on;
+  lookup m = xtpu::nn::init<lookup>(3);
+  xtpu::mark_step();
+  int line = __LINE__ + 1;
+  std::string e = index_error_of([&] { (void)m.emb(ids<2, 3>({7, 7, 49, 0, 50, 7})); });
+  EXPECT_TRUE(has(e, "xtpu: take<0> at ")) << e;
+  EXPECT_TRUE(has(e, "test_take.cpp:" + std::to_string(line) + "): index 50 at [1, 1] of the indices (2, 3) is outside [0, 50)")) << e;
+  capped_lookup c = xtpu::nn::init<capped_lookup>(3);
+  xtpu::mark_step();
+  e = index_error_of([&] { (void)c.emb(ids<2, 3>({1, 2, 3, 4, 5, -6})); });  // before the rescaling is recorded
+  EXPECT_TRUE(has(e, "index -6 at [1, 2] of the indices (2, 3) is outside [0, 50)")) << e;
+
+  const auto z = device<float, 4, 10>(values(40, 2));
+  line = __LINE__ + 1;
+  e = index_error_of([&] { (void)xtpu::nn::cross_entropy(z, ids<4>({0, 9, 10, -100})); });
+  EXPECT_TRUE(has(e, "xtpu: cross_entropy at ")) << e;
+  EXPECT_TRUE(has(e, "test_take.cpp:" + std::to_string(line) + "): label 10 at [2] of the labels (4) is outside [0, 10) and "
+                     "is not ignore_index (-100)")) << e;
+  e = index_error_of([&] { (void)xtpu::nn::cross_entropy(z, ids<4>({0, 9, -100, -1}), {.ignore_index = -1}); });
+  EXPECT_TRUE(has(e, "label -100 at [2] of the labels (4) is outside [0, 10) and is not ignore_index (-1)")) << e;
+  const tensor<float> loss = xtpu::nn::cross_entropy(z, ids<4>({0, 9, -100, 3}));  // ignore_index passes
+  EXPECT_TRUE(std::isfinite(loss.item()));
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 //
 // Provides: take<Axis>(x, indices) — x (a..., n, b...), indices (i...) int32 -> (a..., i..., b...):
 // out[a..., i..., b...] = x[a..., indices[i...], b...]; an index outside [0, n) gives 0 (no host
-// sync checks it: PyTorch raises, XLA clamps). Its evaluator (eval/indexing.hpp) fuses it into
+// sync checks it: PyTorch raises, XLA clamps; XTPU_CHECK_INDICES checks indices that are ready,
+// lazy/index_check.hpp). Its evaluator (eval/indexing.hpp) fuses it into
 // the consumer's loop. detail::scatter_add<Axis, XShape>(g, indices) — the reverse: zeros of
 // XShape with g's slices added at the indices (repeated indices summed, in index order, the
 // same bits at every thread count); a materialized node, used by take's gradient rule.
@@ -96,10 +97,12 @@ constexpr auto take(X&& x, I&& indices) {
   using XN = detail::node_t<X>;
   using IN = detail::node_t<I>;
   using S = typename XN::shape_type;
-  check::axis<S, Axis>();
-  check::index<typename IN::value_type>();
   constexpr std::size_t ax = detail::normalize_axis_v<S, Axis>;
-  check::take<S, ax, typename IN::shape_type>();
+  if constexpr (detail::operands_well_formed_v<XN, IN>) {  // over a failed operand: its error alone
+    check::axis<S, Axis>();
+    check::index<typename IN::value_type>();
+    check::take<S, ax, typename IN::shape_type>();
+  }
   return take_node<ax, XN, IN>{{}, {detail::as_node(std::forward<X>(x)), detail::as_node(std::forward<I>(indices))}};
 }
 
@@ -110,10 +113,12 @@ constexpr auto gather(X&& x, I&& indices) {
   using XN = detail::node_t<X>;
   using IN = detail::node_t<I>;
   using S = typename XN::shape_type;
-  check::axis<S, Axis>();
-  check::index<typename IN::value_type>();
   constexpr std::size_t ax = detail::normalize_axis_v<S, Axis>;
-  if constexpr (detail::axis_in_range_v<S, Axis>) check::gather<S, ax, typename IN::shape_type>();  // E104 alone otherwise
+  if constexpr (detail::operands_well_formed_v<XN, IN>) {  // over a failed operand: its error alone
+    check::axis<S, Axis>();
+    check::index<typename IN::value_type>();
+    if constexpr (detail::axis_in_range_v<S, Axis>) check::gather<S, ax, typename IN::shape_type>();  // E104 alone otherwise
+  }
   return gather_node<ax, XN, IN>{{}, {detail::as_node(std::forward<X>(x)), detail::as_node(std::forward<I>(indices))}};
 }
 

@@ -1,7 +1,7 @@
 // xtpu/io/cli.hpp — xtpu::config from a program's command line (CLI11).
 //
 // Provides: xtpu::cli::config_flags — add_to(app) puts --preset, --device, --chip,
-// --memory-fraction, --hbm-gib, --bf16, --plan-cache, --threads, --isa, --debug, --debug-file,
+// --memory-fraction, --hbm-gib, --bf16, --check-indices, --plan-cache, --threads, --isa, --debug, --debug-file,
 // --trace and --no-recompile-after on a CLI::App; after app.parse, resolve() gives the config:
 // the preset's values (or the defaults), then the XTPU_* environment over them, then the flags
 // given over both (config::from_env; lazy/config.hpp).
@@ -62,6 +62,8 @@ struct config_flags {
          &config::hbm_gib);
     flag(g->add_option("--bf16", given.use_bf16, "float tensors stored as bf16 values (XTPU_USE_BF16): true or false"),
          &config::use_bf16);
+    flag(g->add_option("--check-indices", given.check_indices, "ids and labels checked when recorded (XTPU_CHECK_INDICES): true or false"),
+         &config::check_indices);
     const auto& cache = xtpu::detail::plan_cache::cache_setting;
     flag(g->add_option("--plan-cache", given.plan_cache, "compiled plans kept (XTPU_CACHE_SIZE)")
              ->check(CLI::Range(static_cast<std::size_t>(cache.lo), static_cast<std::size_t>(cache.hi))),

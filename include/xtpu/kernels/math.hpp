@@ -53,6 +53,13 @@ inline V exp_reduced(V r) noexcept {
   return simd::mul(simd::mul(detail::horner(r, c), r), r) + r + V(1.0f);
 }
 
+/// r = x - n ln 2 (ln 2 in two parts), the reduction both of exp's routes make: one line, so
+/// the two routes' bits cannot drift apart.
+template <class V>
+inline V exp_reduce(V x, V n) noexcept {
+  return (x - simd::mul(n, V(ln2_hi))) + simd::mul(n, V(ln2_lo));
+}
+
 /// y * 2^n for integral n in [-252, 254], y normal: two exact scalings, one rounding at most.
 template <class V>
 inline V scale(V y, V n) noexcept {
@@ -70,8 +77,7 @@ template <class V>
 inline V exp_clamped(V x) noexcept {
   x = simd::select(x > V(exp_max), V(exp_max), simd::select(x < V(exp_min), V(exp_min), x));
   const V n = simd::round_even(simd::mul(x, V(inv_ln2)));  // x / ln 2
-  const V r = (x - simd::mul(n, V(ln2_hi))) + simd::mul(n, V(ln2_lo));  // x - n ln 2 (ln 2 in two parts)
-  return scale(exp_reduced(r), n);
+  return scale(exp_reduced(exp_reduce(x, n)), n);
 }
 
 /// |x| <= exp_normal_max: n = round(x / ln 2) is in [-125, 125], so e^r 2^n (e^r in
@@ -88,11 +94,11 @@ inline V exp(V x) noexcept {
   // compared as bits (NaN's are above 86.5's), so no flag can send a NaN down the short route
   constexpr std::int32_t normal_max_bits = std::bit_cast<std::int32_t>(detail::exp_normal_max);
   if (!simd::all_of(simd::to_bits(simd::abs(x)) <= simd::ints_t<V>(normal_max_bits))) return detail::exp_clamped(x);
-  const V magic(12582912.0f);  // 1.5 * 2^23: t = magic + n, exactly (round_even's rounding)
+  const V magic(simd::round_magic);  // t = magic + n, exactly (round_even's rounding)
   const V t = simd::barrier(simd::mul(x, V(detail::inv_ln2)) + magic);
   const V n = simd::barrier(t - magic);
-  const V r = (x - simd::mul(n, V(detail::ln2_hi))) + simd::mul(n, V(detail::ln2_lo));
-  return simd::from_bits<V>(simd::to_bits(detail::exp_reduced(r)) + simd::shift_left(simd::to_bits(t), 23));  // n << 23: t's low bits
+  const V e_r = detail::exp_reduced(detail::exp_reduce(x, n));
+  return simd::from_bits<V>(simd::to_bits(e_r) + simd::shift_left(simd::to_bits(t), 23));  // n << 23: t's low bits
 }
 
 namespace detail {

@@ -260,9 +260,12 @@ inline V sqrt(V v) noexcept {
 }
 /// Rounds to an integral value, ties to even (|v| >= 2^22 is integral already and is
 /// returned as it is, as are infinities and NaN).
+/// 1.5 * 2^23: for |v| < 2^22, v + round_magic rounds away v's fraction (ties to even) and its
+/// low mantissa bits hold round(v) as an integer; round_even and math::exp read it.
+inline constexpr float round_magic = 12582912.0f;
 template <class V>
 inline V round_even(V v) noexcept {
-  const V magic(12582912.0f);  // 1.5 * 2^23: adding it rounds away the fraction
+  const V magic(round_magic);
   const V r = barrier(barrier(v + magic) - magic);
   return select(abs(v) < V(4194304.0f), r, v);
 }

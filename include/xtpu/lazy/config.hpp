@@ -9,8 +9,9 @@
 // xtpu::memory_stats(device) (allocated, peak, available, live buffers, the largest; text()).
 // Presets (the rest as the defaults: v5e chip 0, fraction 0.9, f32, 1024 plans, all cores, the
 // widest path, debug 0):
-//   quick_test    debug 1: every compile explained, the recompile warnings, sync points at exit
-//   development   debug 2: also every step run (Execution Analysis)
+//   quick_test    debug 1: every compile explained, the recompile warnings, sync points at exit;
+//                 ids and labels checked (XTPU_CHECK_INDICES)
+//   development   debug 2: also every step run (Execution Analysis); ids and labels checked
 //   training      the defaults: nothing printed
 //   inference     float tensors stored as bf16 (XTPU_USE_BF16); no recompile after 2 steps (a
 //                 served graph compiles once: a later compile is a compilation_error)
@@ -41,6 +42,7 @@ struct config {
   double memory_fraction = 0.9;        // XTPU_MEMORY_FRACTION
   double hbm_gib = 0;                  // the chip's HBM in GiB; 0: the generation's
   bool use_bf16 = false;               // XTPU_USE_BF16: float tensors stored as bf16 values
+  bool check_indices = false;          // XTPU_CHECK_INDICES: ids and labels checked when recorded
   std::size_t plan_cache = 1024;       // XTPU_CACHE_SIZE
   int num_threads = 0;                 // XTPU_NUM_THREADS; 0: all cores
   std::string isa;                     // XTPU_ISA; empty: the widest path this CPU runs
@@ -57,8 +59,8 @@ struct config {
   static config preset(std::string_view name) {
     config c;
     switch (settings::choice(preset_setting, name, presets)) {
-      case 0: c.debug = 1; break;
-      case 1: c.debug = 2; break;
+      case 0: c.debug = 1, c.check_indices = true; break;
+      case 1: c.debug = 2, c.check_indices = true; break;
       case 2: break;
       default: c.use_bf16 = true, c.no_recompile_after = 2; break;
     }
@@ -73,6 +75,8 @@ struct config {
     if (const auto e = settings::from_env(d::device_setting)) c.device = std::string(d::find_generation(*e).name);
     if (const auto e = settings::from_env(d::fraction_setting)) c.memory_fraction = settings::real(d::fraction_setting, *e);
     if (const auto e = settings::from_env(d::use_bf16_setting)) c.use_bf16 = settings::integer(d::use_bf16_setting, *e) != 0;
+    if (const auto e = settings::from_env(d::check_indices_setting))
+      c.check_indices = settings::integer(d::check_indices_setting, *e) != 0;
     if (const auto e = settings::from_env(d::plan_cache::cache_setting))
       c.plan_cache = static_cast<std::size_t>(settings::integer(d::plan_cache::cache_setting, *e));
     if (const auto e = settings::from_env(kernels::detail::threads_setting))
@@ -95,6 +99,7 @@ struct config {
     }
     xtpu::detail::current_chip() = &d.chip();
     set_use_bf16(use_bf16);
+    set_check_indices(check_indices);
     lazy::set_plan_cache_capacity(plan_cache);
     kernels::set_num_threads(num_threads == 0 ? kernels::detail::default_threads() : num_threads);
     kernels::set_isa(isa.empty() ? kernels::detail::best_isa() : kernels::detail::parse_isa(isa, isa_field));
@@ -111,7 +116,7 @@ struct config {
     os << "device              " << device << ':' << device_index;
     if (hbm_gib != 0) os << " (" << hbm_gib << " GiB HBM)";
     os << "\nmemory_fraction     " << memory_fraction << "\nuse_bf16            " << (use_bf16 ? "on" : "off")
-       << "\nplan_cache          " << plan_cache << "\nnum_threads         "
+       << "\ncheck_indices       " << (check_indices ? "on" : "off") << "\nplan_cache          " << plan_cache << "\nnum_threads         "
        << (num_threads == 0 ? std::string("all cores") : std::to_string(num_threads)) << "\nisa                 "
        << (isa.empty() ? std::string("the widest") : isa) << "\ndebug               " << debug
        << (debug_file.empty() ? std::string() : " -> " + debug_file) << "\ntrace               "

@@ -1,6 +1,7 @@
 // xtpu/lazy/step.hpp — the pending step, its key, the plan cache, and mark_step().
 //
 // Provides: xtpu::mark_step(), xtpu::discard_step(), xtpu::no_recompile_after(n), xtpu::allow_recompiles(),
+// xtpu::check_indices() / set_check_indices(on) (XTPU_CHECK_INDICES: lazy/index_check.hpp),
 // xtpu::lazy::{pending_statements, explain, plan_cache_entries, plan_cache_capacity,
 // set_plan_cache_capacity, clear_plan_cache}, and in detail the step that records statements,
 // keys them and runs them (the plan and its passes: lazy/plan.hpp), and site_scope /
@@ -371,6 +372,18 @@ class plan_cache {
   std::size_t capacity_ = 1024;
 };
 
+/// XTPU_CHECK_INDICES (lazy/index_check.hpp reads it): whether a statement's int32 indices and
+/// labels are checked against their range when it is recorded.
+inline constexpr settings::setting check_indices_setting{
+    .name = "check_indices", .env = "XTPU_CHECK_INDICES", .lo = 0, .hi = 1, .setter = "xtpu::set_check_indices"};
+inline std::atomic<bool>& check_indices_cell() {
+  static std::atomic<bool> cell{[] {
+    const auto e = settings::from_env(check_indices_setting);
+    return e && settings::integer(check_indices_setting, *e) != 0;
+  }()};
+  return cell;
+}
+
 }  // namespace xtpu::detail
 
 namespace xtpu::settings {
@@ -383,6 +396,7 @@ XTPU_RUNTIME_INLINE bool check_every_variable() {
   (void)kernels::detail::threads_cell();
   (void)xtpu::detail::plan_cache::instance();  // XTPU_CACHE_SIZE
   (void)xtpu::detail::use_bf16_cell();         // XTPU_USE_BF16
+  (void)xtpu::detail::check_indices_cell();    // XTPU_CHECK_INDICES
   (void)debug::detail::level_cell();           // XTPU_DEBUG
   (void)trace::detail::recorder::get();        // XTPU_TRACE: recording starts here
   trace::detail::recorder::listener().store(&xtpu::detail::follow_trace, std::memory_order_release);
@@ -543,12 +557,14 @@ class step {
     return p;
   }
 
-  /// This step as the debug blocks show it (outputs: the live statements; call after compiled()).
+  /// This step as the debug blocks show it (outputs: the results a tensor outside the step
+  /// holds — what it hands back, torch_xla's graph outputs —, not the live statements a kept
+  /// one reads; call after compiled()).
   debug::graph_info graph_info(const debug::trigger& why) const {
     debug::graph_info g;
     std::tie(g.hash_hi, g.hash_lo) = graph_hash(signature_);
     g.inputs = n_external_;
-    for (const auto& o : outputs_) g.outputs += o != nullptr;
+    for (std::size_t i = 0; i < outputs_.size(); ++i) g.outputs += outputs_[i] != nullptr && held_outside(i);
     g.by = why;
     g.recorded = recorded_at(stmts_);
     return g;
@@ -591,7 +607,7 @@ class step {
       }
     read_by_live_.assign(n, 0);
     for (std::size_t i = n; i-- > 0;) {
-      if (!read_by_live_[i] && stmts_[i].out.use_count() <= 1 + static_cast<long>(inner_refs_[i])) outputs_[i] = nullptr;
+      if (!read_by_live_[i] && !held_outside(i)) outputs_[i] = nullptr;
       if (!outputs_[i]) continue;
       const statement& st = stmts_[i];
       for (std::uint32_t l = 0; l < st.n_leaves; ++l) {
@@ -599,6 +615,12 @@ class step {
         if (leaf.owner.load(std::memory_order_relaxed) == this) read_by_live_[leaf.producer] = 1;
       }
     }
+  }
+
+  /// Whether someone outside the step holds statement i's result: more references than the
+  /// statement's own and the step's leaves and links (inner_refs_, as hold_live_outputs counts them).
+  bool held_outside(std::size_t i) const noexcept {
+    return stmts_[i].out.use_count() > 1 + static_cast<long>(inner_refs_[i]);
   }
 
   /// A result nobody can see (statement::seen) lets go of the value its assignment replaced, as
@@ -1241,6 +1263,12 @@ step& step_for(const E& e) {
 }  // namespace xtpu::detail
 
 namespace xtpu {
+
+/// Whether indices and labels are checked as statements are recorded (XTPU_CHECK_INDICES=1;
+/// off by default: lazy/index_check.hpp says what is checked).
+inline bool check_indices() { return detail::check_indices_cell().load(std::memory_order_relaxed); }
+/// Turns the check on or off for the statements recorded after it (on this and every thread).
+inline void set_check_indices(bool on) { detail::check_indices_cell().store(on, std::memory_order_relaxed); }
 
 /// Runs everything pending in this thread as one step per device (compiled once per distinct
 /// step, then reused). The torch_xla `xm.mark_step()`.

@@ -15,7 +15,8 @@
 // E112 (x[mask]: no indexing), E501 (to_host into a wrong-shaped xtensor_fixed), E502 (host element type differs), E503 (a
 // run-time-shaped from_host proxy kept instead of converted); shape_error (host data of the
 // wrong run-time shape or length), sync_error, device_mismatch (an expression over tensors of
-// two chips), out_of_memory (on the chip allocated on); from a read (a sync point) also what
+// two chips), out_of_memory (on the chip allocated on), index_error (XTPU_CHECK_INDICES:
+// lazy/index_check.hpp; nothing recorded); from a read (a sync point) also what
 // its step throws — compilation_error after no_recompile_after (the step stays pending).
 #pragma once
 
@@ -39,6 +40,7 @@
 #include "xtpu/expr/composite.hpp"
 #include "xtpu/expr/generators.hpp"
 #include "xtpu/expr/ops.hpp"
+#include "xtpu/lazy/index_check.hpp"
 #include "xtpu/lazy/step.hpp"
 #include "xtpu/metrics/debug.hpp"
 #include "xtpu/metrics/trace.hpp"
@@ -251,6 +253,8 @@ class tensor : detail::tensor_checks<T, Dims...>, public detail::lifetime_mark {
       return {};
     } else {
       detail::vjp_fn vjp = nullptr;  // null: gradients do not flow through (not floating, no tensor, no_grad)
+      if constexpr (detail::reads_indices_v<E>)
+        if (xtpu::check_indices()) detail::check_indices_in(e, detail::recording_site() ? *detail::recording_site() : where);
       if constexpr (detail::differentiable_v<E>) {
         if constexpr (Tape) vjp = &detail::vjp_entry<E>;
         else vjp = &detail::rule_not_compiled;
@@ -327,11 +331,15 @@ template <class T, class Shape>
 using tensor_for_t = typename tensor_for<T, Shape>::type;
 
 /// x as a tensor: x itself (as its tensor type) if it is one, else the expression recorded as a
-/// statement — an operand read more than once is then computed once.
+/// statement — an operand read more than once is then computed once. An expression that failed
+/// its own check stays an expression (its shape is a stand-in, so a tensor of it would not
+/// convert to the one the caller declared: a second error), and what reads it checks nothing.
 template <class X>
 auto as_tensor(const X& x) {
   if constexpr (tensor_like<X>) {
     return static_cast<const typename X::tensor_type&>(x);
+  } else if constexpr (!well_formed_v<node_t<const X&>>) {
+    return as_node(x);
   } else {
     using N = node_t<const X&>;
     return tensor_for_t<typename N::value_type, typename N::shape_type>(x);

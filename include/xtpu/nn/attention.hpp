@@ -306,14 +306,18 @@ struct multihead_attention {
   auto attend(const X& x, const M& m, const Mask& mask) const {
     using S = typename detail::node_t<X>::shape_type;
     using MS = typename detail::node_t<M>::shape_type;
-    check::attention<S, D, Heads>();
-    if constexpr (!detail::attention_fits_v<S, D, Heads>) {
-      return detail::as_tensor(x);  // E114 alone
+    if constexpr (!detail::operands_well_formed_v<detail::node_t<X>, detail::node_t<M>>) {
+      return detail::as_tensor(x);  // x's (or m's) own error alone
     } else {
-      check::cross_attention<S, MS>();
-      if constexpr (!detail::memory_fits_v<MS, S>) return detail::as_tensor(x);  // E114 alone
-      else if constexpr (!pad_fits<MS, Mask>()) return detail::as_tensor(x);     // E116 alone
-      else return attend_checked<S, MS>(x, m, mask);
+      check::attention<S, D, Heads>();
+      if constexpr (!detail::attention_fits_v<S, D, Heads>) {
+        return detail::as_tensor(x);  // E114 alone
+      } else {
+        check::cross_attention<S, MS>();
+        if constexpr (!detail::memory_fits_v<MS, S>) return detail::as_tensor(x);  // E114 alone
+        else if constexpr (!pad_fits<MS, Mask>()) return detail::as_tensor(x);     // E116 alone
+        else return attend_checked<S, MS>(x, m, mask);
+      }
     }
   }
   /// Whether Mask's key padding mask, if any, fits keys from a source of shape MS (E116 when not).
@@ -406,15 +410,19 @@ auto run_stack(const Layers& layers, const Norm& norm, const X& x, const Call& c
 template <std::size_t D, std::size_t Heads, class X, class... M>
 constexpr bool module_input_fits() {
   using S = typename node_t<X>::shape_type;
-  check::attention<S, D, Heads>();
-  if constexpr (!attention_fits_v<S, D, Heads>) {
-    return false;
-  } else if constexpr (sizeof...(M) == 1) {
-    using MS = typename node_t<std::tuple_element_t<0, std::tuple<M...>>>::shape_type;
-    check::cross_attention<S, MS>();
-    return memory_fits_v<MS, S>;
+  if constexpr (!operands_well_formed_v<node_t<X>, node_t<M>...>) {
+    return false;  // x's (or the memory's) own error alone
   } else {
-    return true;
+    check::attention<S, D, Heads>();
+    if constexpr (!attention_fits_v<S, D, Heads>) {
+      return false;
+    } else if constexpr (sizeof...(M) == 1) {
+      using MS = typename node_t<std::tuple_element_t<0, std::tuple<M...>>>::shape_type;
+      check::cross_attention<S, MS>();
+      return memory_fits_v<MS, S>;
+    } else {
+      return true;
+    }
   }
 }
 /// f(x, m...) when module_input_fits<D, Heads, X, M...>(), else x (its error reported; x

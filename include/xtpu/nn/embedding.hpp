@@ -4,7 +4,8 @@
 // (Num, Dim) — PyTorch's name and layout — initialised as PyTorch does (normal, mean 0,
 // std 1), seeded. module(ids) =
 // take<0>(weight, ids), recorded as a tensor: row ids[...] of the weight; an id outside
-// [0, Num) gives a row of zeros (PyTorch raises; checking would be a host sync). The weight's
+// [0, Num) gives a row of zeros (PyTorch raises; XTPU_CHECK_INDICES=1 checks ids that are
+// ready, as a loader's batch is: index_error, lazy/index_check.hpp). The weight's
 // gradient is the scatter-add of the rows' gradients (repeated ids summed, the same bits at
 // every thread count).
 // padding_idx (torch's; unset by default, negative counts from the end): init makes that row
@@ -122,6 +123,7 @@ struct embedding_calls {
     if constexpr (requires { m.max_norm; }) {
       if (m.max_norm) {
         check_max_norm(*m.max_norm, m.norm_type);
+        if (check_indices()) check_indices_in(take<0>(m.weight, ids), caller);  // before the rescaling is recorded
         renorm_rows(m.weight, ids, *m.max_norm, m.norm_type);
       }
     }

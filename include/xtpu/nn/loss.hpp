@@ -12,7 +12,9 @@
 //       and an ignored row adds nothing. Both
 //       options are run-time scalars (changing them never recompiles). All labels ignored
 //       gives NaN, as PyTorch; a label outside 0..C−1 other than ignore_index makes the loss
-//       NaN (PyTorch raises; a check on the host would be a sync) — its row adds no gradient.
+//       NaN (PyTorch raises) — its row adds no gradient; XTPU_CHECK_INDICES=1 checks labels
+//       that are ready (a loader's batch) when cross_entropy is called: index_error, nothing
+//       recorded (lazy/index_check.hpp).
 //   kd_soft_ce(student, teacher, T)   seed 001's distillation loss: −Σ softmax(teacher/T) ·
 //       log_softmax(student/T) over the class axis, mean over the rest, times T², in the seed's
 //       operations: the logits divided by T (a multiply by 1/T rounds otherwise unless T is a
@@ -24,6 +26,7 @@
 //       any x, and the gradient sigmoid(x) − y (0.5 − y at 0).
 // Shape rule: cross_entropy E111 (labels not the logits' shape without the class axis), E207
 // (labels not int32); kd_soft_ce and the others: operands of one shape (E102).
+// Errors: index_error from cross_entropy (a label out of range, under XTPU_CHECK_INDICES).
 #pragma once
 
 #include <cstdint>
@@ -41,8 +44,7 @@ constexpr bool same_shapes_checked() {
   if constexpr (!operands_well_formed_v<A, B>) {
     return false;  // an operand's own error stands alone
   } else {
-    check::assign<typename shape_of<B>::type, typename shape_of<A>::type>();
-    return std::is_same_v<typename shape_of<A>::type, typename shape_of<B>::type>;
+    return check::assign<typename shape_of<B>::type, typename shape_of<A>::type>();
   }
 }
 template <class A, class B>
@@ -68,6 +70,11 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
     using YS = typename detail::shape_of<Labels>::type;
     using detail::tensor_access;
     const auto y = detail::as_tensor(labels);
+    if constexpr (detail::tensor_like<decltype(y)>)  // (labels that failed their own check stay an expression)
+      if (xtpu::check_indices())             // XTPU_CHECK_INDICES (lazy/index_check.hpp): labels of a ready tensor
+        if (const auto v = detail::ready_values<YS>(*y.storage_ptr()))
+          detail::check_index_values(v->first, v->second, static_cast<std::int64_t>(classes), o.ignore_index, "cross_entropy",
+                                     "label", "labels", caller);
     const detail::tensor_for_t<float, LS> logp = log_softmax<-1>(cast<float>(logits));  // (..., C) f32
     const auto keep = y != o.ignore_index;                                                     // (...)
     // 0 <= y < C, in int32 (exact for any y and C): y < C where y >= 0, else y > 0 (false there)

@@ -33,22 +33,28 @@ namespace xtpu::detail {
 template <class X>
 using norm_value_t = std::conditional_t<is_floating_v<typename node_t<X>::value_type>, typename node_t<X>::value_type, float>;
 
-/// A (D) parameter of a norm along Axis of shape S, in f32, shaped to broadcast against x:
-/// (D) itself on the last axis, (D, 1, ...) otherwise.
-template <int Axis, class S, class P>
+/// A (D) parameter of a norm along Axis of x's shape, in f32, shaped to broadcast against x:
+/// (D) itself on the last axis, (D, 1, ...) otherwise. Over an x (or p) that failed its own
+/// check, nothing is checked (its error alone).
+template <int Axis, class X, class P>
 auto norm_parameter_on_axis(const P& p) {
-  check::norm_parameter<S, Axis, typename shape_of<P>::type>();
-  constexpr std::size_t ax = normalize_axis_v<S, Axis>;
-  if constexpr (!axis_parameter_v<S, Axis, typename shape_of<P>::type>) return 1.0f;  // E113 alone
-  else if constexpr (ax + 1 == S::rank) return cast<float>(p);
-  else return reshape_to(cast<float>(p), to_extents_t<axis_line_holder<S::rank - ax, 0, extent_v<S, ax>>>{});
+  using S = typename node_t<X>::shape_type;
+  if constexpr (!operands_well_formed_v<node_t<X>, node_t<P>>) {
+    return 1.0f;
+  } else {
+    check::norm_parameter<S, Axis, typename shape_of<P>::type>();
+    constexpr std::size_t ax = normalize_axis_v<S, Axis>;
+    if constexpr (!axis_parameter_v<S, Axis, typename shape_of<P>::type>) return 1.0f;  // E113 alone
+    else if constexpr (ax + 1 == S::rank) return cast<float>(p);
+    else return reshape_to(cast<float>(p), to_extents_t<axis_line_holder<S::rank - ax, 0, extent_v<S, ax>>>{});
+  }
 }
 
 /// x / sqrt(mean(x²) + eps) along Axis, f32: x (...) -> (...).
 template <int Axis, class X>
 auto rms_normalized(const X& x, float eps) {
   using S = typename node_t<X>::shape_type;
-  check::axis<S, Axis>();
+  if constexpr (operands_well_formed_v<node_t<X>>) check::axis<S, Axis>();
   const auto xf = cast<float>(x);
   return xf * rsqrt(keep_axis<Axis, S>(mean<Axis>(square(xf))) + eps);
 }
@@ -57,7 +63,7 @@ auto rms_normalized(const X& x, float eps) {
 template <int Axis, class X>
 auto normalized(const X& x, float eps) {
   using S = typename node_t<X>::shape_type;
-  check::axis<S, Axis>();
+  if constexpr (operands_well_formed_v<node_t<X>>) check::axis<S, Axis>();
   const auto xf = cast<float>(x);
   return rms_normalized<Axis>(xf - keep_axis<Axis, S>(mean<Axis>(xf)), eps);
 }
@@ -75,9 +81,8 @@ namespace xtpu::nn {
 template <int Axis = -1, class X, class W, class B>
 auto layer_norm(const X& x, const W& weight, const B& bias, float eps = 1e-5f, xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  using S = typename detail::node_t<X>::shape_type;
-  return detail::norm_result<X>(detail::normalized<Axis>(x, eps) * detail::norm_parameter_on_axis<Axis, S>(weight) +
-                                detail::norm_parameter_on_axis<Axis, S>(bias));
+  return detail::norm_result<X>(detail::normalized<Axis>(x, eps) * detail::norm_parameter_on_axis<Axis, X>(weight) +
+                                detail::norm_parameter_on_axis<Axis, X>(bias));
 }
 // x (..., D) -> (..., D) x's type
 template <int Axis = -1, class X>
@@ -91,8 +96,7 @@ template <int Axis = -1, class X, class W>
   requires(!std::is_arithmetic_v<W>)
 auto rms_norm(const X& x, const W& weight, float eps = 1e-6f, xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  using S = typename detail::node_t<X>::shape_type;
-  return detail::norm_result<X>(detail::rms_normalized<Axis>(x, eps) * detail::norm_parameter_on_axis<Axis, S>(weight));
+  return detail::norm_result<X>(detail::rms_normalized<Axis>(x, eps) * detail::norm_parameter_on_axis<Axis, X>(weight));
 }
 // x (..., D) -> (..., D) x's type
 template <int Axis = -1, class X>

@@ -16,10 +16,13 @@
 // than a bf16 step add up. for_each_state(f) names and exposes every state tensor and
 // holds_state(i) tells whether parameter i has any yet (checkpoints).
 // no_decay(pred): the parameters whose name pred accepts take no weight decay (torch's param
-// group of biases and norms with weight_decay 0), the others the options' — the same graph.
+// group of biases and norms with weight_decay 0), the others the options' — the same graph;
+// lr_scale(pred, f): those pred accepts update at f × options().lr (a param group's own lr),
+// a run-time scalar too. Neither is saved in a checkpoint (set them again on resume).
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
-// module); xtpu::error from sgd's step for Nesterov without momentum or with dampening;
+// module); xtpu::error from sgd's step for Nesterov without momentum or with dampening, and
+// from lr_scale for a factor that is negative, infinite or NaN (nothing set);
 // from optimizer_step what mark_step throws (out_of_memory, compilation_error after
 // no_recompile_after: the step stays pending).
 #pragma once
@@ -27,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -172,30 +176,43 @@ struct master_weights {
   xtpu::detail::undoable<std::vector<std::weak_ptr<xtpu::detail::storage>>> written;
 };
 
-/// Which parameters take the options' weight decay (all of them until no_decay): the factor
-/// parameter i's decay is multiplied by — a run-time scalar, so excluding some changes no graph.
-struct decay_mask {
-  explicit decay_mask(std::size_t n) : on(n, 1) {}
-  /// Parameters of model whose name pred accepts: off; the count of them.
-  template <class Model, class Pred>
-  std::size_t exclude(Model& model, Pred& pred) {
+/// What no_decay and lr_scale set per parameter (torch's param groups, as run-time scalars, so
+/// setting them changes no graph): whether parameter i takes the options' weight decay (all do
+/// until no_decay), and the factor its learning rate is the options' times (1 until lr_scale).
+struct parameter_groups {
+  explicit parameter_groups(std::size_t n) : decays(n, 1), lr_factors(n, 1.0f) {}
+  /// set(i) for each parameter of model whose name pred accepts; the count of them.
+  template <class Model, class Pred, class Set>
+  std::size_t each_named(Model& model, Pred& pred, Set&& set) {
     std::size_t i = 0, n = 0;
     nn::for_each_parameter(model, [&](const std::string& name, auto&) {
-      if (pred(std::string_view(name))) on[i] = 0, ++n;
+      if (pred(std::string_view(name))) set(i), ++n;
       ++i;
     });
     return n;
   }
-  float of(std::size_t i, float weight_decay) const { return on[i] ? weight_decay : 0.0f; }
-  std::vector<char> on;
+  template <class Model, class Pred>
+  std::size_t no_decay(Model& model, Pred& pred) {
+    return each_named(model, pred, [&](std::size_t i) { decays[i] = 0; });
+  }
+  template <class Model, class Pred>
+  std::size_t lr_scale(Model& model, Pred& pred, float factor) {
+    if (!(factor >= 0.0f && factor <= std::numeric_limits<float>::max()))  // NaN fails both
+      throw error("xtpu: optim: lr_scale's factor must be finite and >= 0, got " + std::to_string(factor));
+    return each_named(model, pred, [&](std::size_t i) { lr_factors[i] = factor; });
+  }
+  float decay_of(std::size_t i, float weight_decay) const { return decays[i] ? weight_decay : 0.0f; }
+  float lr_of(std::size_t i, float lr) const { return lr * lr_factors[i]; }  // (x 1 is exact: lr itself)
+  std::vector<char> decays;
+  std::vector<float> lr_factors;
 };
 
-/// Adam's moments and update for one parameter (PyTorch's single-tensor formulas);
+/// Adam's moments and update for one parameter (PyTorch's single-tensor formulas) at rate lr;
 /// decoupled: AdamW's decay of the weight itself, else an L2 term added to the gradient.
 template <class P, class Options>
 void adam_update(P& p, std::size_t i, std::int64_t t, state_slots& m, state_slots& v, master_weights& master,
-                 const Options& o, float weight_decay, bool decoupled) {
-  const float lr = o.lr, beta1 = o.beta1, beta2 = o.beta2, eps = o.eps;
+                 const Options& o, float lr, float weight_decay, bool decoupled) {
+  const float beta1 = o.beta1, beta2 = o.beta2, eps = o.eps;
   using P_t = std::remove_cvref_t<P>;
   const auto w = master.weight(p, i, o.master_weights);
   const auto g = cast<float>(p.grad()) + (decoupled ? 0.0f : weight_decay) * w;      // (shape) f32
@@ -239,14 +256,20 @@ class sgd {
         o_(o),
         momentum_(nn::parameter_tensors_v<Model>),
         master_(nn::parameter_tensors_v<Model>),
-        decays_(nn::parameter_tensors_v<Model>) {}
+        groups_(nn::parameter_tensors_v<Model>) {}
   sgd_options& options() noexcept { return o_; }
   const sgd_options& options() const noexcept { return o_; }
   /// The parameters whose name pred(std::string_view) accepts take no weight decay from now on
   /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
   template <class Pred>
   std::size_t no_decay(Pred pred) {
-    return decays_.exclude(*model_, pred);
+    return groups_.no_decay(*model_, pred);
+  }
+  /// The parameters pred accepts update at factor × options().lr from now on (torch's param
+  /// group with its own lr; a schedule that sets options().lr moves them all); returns how many.
+  template <class Pred>
+  std::size_t lr_scale(Pred pred, float factor) {
+    return groups_.lr_scale(*model_, pred, factor);
   }
 
   /// Records the update of every parameter (its statements show `where`'s line).
@@ -259,16 +282,17 @@ class sgd {
     detail::update_each(*model_, [&](std::size_t i, auto& p) {
       using P_t = std::remove_cvref_t<decltype(p)>;
       const auto w = master_.weight(p, i, o_.master_weights);
-      const auto d = cast<float>(p.grad()) + decays_.of(i, o_.weight_decay) * w;
+      const auto d = cast<float>(p.grad()) + groups_.decay_of(i, o_.weight_decay) * w;
+      const float lr = groups_.lr_of(i, o_.lr);
       if (o_.momentum == 0.0f) {
-        master_.write(p, i, o_.master_weights, w - o_.lr * d);
+        master_.write(p, i, o_.master_weights, w - lr * d);
         return;
       }
       using S = xtpu::detail::tensor_for_t<float, typename P_t::shape_type>;
       const S b = momentum_.has(i) ? detail::untaped(momentum_.get<P_t>(i) * o_.momentum + (1.0f - o_.dampening) * d)
                                    : detail::untaped(d);
-      if (o_.nesterov) master_.write(p, i, o_.master_weights, w - o_.lr * (d + o_.momentum * b));
-      else master_.write(p, i, o_.master_weights, w - o_.lr * b);
+      if (o_.nesterov) master_.write(p, i, o_.master_weights, w - lr * (d + o_.momentum * b));
+      else master_.write(p, i, o_.master_weights, w - lr * b);
       momentum_.set(i, b);
     });
   }
@@ -290,7 +314,7 @@ class sgd {
   sgd_options o_;
   detail::state_slots momentum_;
   detail::master_weights master_;
-  detail::decay_mask decays_;
+  detail::parameter_groups groups_;
 };
 
 namespace detail {
@@ -304,7 +328,7 @@ class adam_family {
         m_(nn::parameter_tensors_v<Model>),
         v_(nn::parameter_tensors_v<Model>),
         master_(nn::parameter_tensors_v<Model>),
-        decays_(nn::parameter_tensors_v<Model>),
+        groups_(nn::parameter_tensors_v<Model>),
         counts_(counts{0, std::vector<std::int64_t>(nn::parameter_tensors_v<Model>, 0)}) {}
   Options& options() noexcept { return o_; }
   const Options& options() const noexcept { return o_; }
@@ -312,7 +336,13 @@ class adam_family {
   /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
   template <class Pred>
   std::size_t no_decay(Pred pred) {
-    return decays_.exclude(*model_, pred);
+    return groups_.no_decay(*model_, pred);
+  }
+  /// The parameters pred accepts update at factor × options().lr from now on (torch's param
+  /// group with its own lr, AdamW's decay p·(1 − lr·wd) at that rate too); returns how many.
+  template <class Pred>
+  std::size_t lr_scale(Pred pred, float factor) {
+    return groups_.lr_scale(*model_, pred, factor);
   }
   std::int64_t steps() const noexcept { return counts_->t; }
   std::int64_t& steps() noexcept { return counts_->t; }  // settable: a checkpoint restores it
@@ -324,7 +354,8 @@ class adam_family {
     master_.written.keep_for_discard();
     ++counts_->t;
     update_each(*model_, [&](std::size_t i, auto& p) {
-      adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, decays_.of(i, o_.weight_decay), Decoupled);
+      adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, groups_.lr_of(i, o_.lr), groups_.decay_of(i, o_.weight_decay),
+                  Decoupled);
     });
   }
   void zero_grad() { nn::zero_grad(*model_); }
@@ -347,7 +378,7 @@ class adam_family {
   Options o_;
   state_slots m_, v_;
   master_weights master_;
-  decay_mask decays_;
+  parameter_groups groups_;
   struct counts {
     std::int64_t t;                // step() calls
     std::vector<std::int64_t> of;  // per parameter: the updates it took (torch's state['step'])

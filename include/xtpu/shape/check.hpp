@@ -5,7 +5,7 @@
 // value_dependent_shape}. Each is one static_assert
 // whose template parameters are the shapes involved, so the compiler's
 // "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both. broadcast,
-// class_labels and matmul also return whether they hold (detail::well_formed_v reads them).
+// assign, class_labels and matmul also return whether they hold (detail::well_formed_v reads them).
 // Codes (docs/errors.md):
 //   E101 broadcast   E102 assign   E103 reshape   E104 axis   E105 zero extent   E106 rank
 //   E107 permute     E108 transpose   E109 slice   E110 concat   E111 class labels
@@ -55,10 +55,11 @@ constexpr void value_dependent_shape() {
 }
 
 template <class ExprShape, class TensorShape>
-constexpr void assign() {
+constexpr bool assign() {
   static_assert(std::is_same_v<ExprShape, TensorShape>,
                 "xtpu E102 assign: the expression's shape differs from the tensor's shape "
                 "(use xtpu::reshape<...> or fix the declaration)");
+  return std::is_same_v<ExprShape, TensorShape>;
 }
 
 template <class FromShape, class ToShape>
