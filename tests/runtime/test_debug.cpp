@@ -250,6 +250,11 @@ TEST_F(Debug, AStepOfAnotherKindIsSaidToBeOne) {
                         "if it should have matched, the first differences are\n")) << diff;
   EXPECT_TRUE(has(diff, "it has 2 statements, the cached graph 6")) << diff;
   EXPECT_LE(count(diff, "\n"), 4u) << diff;
+  {  // the profiler's "latest compile" is the first difference, not the line said before it
+    auto& l = xtpu::debug::detail::latest_compile::get();
+    const std::lock_guard lock(l.mu);
+    EXPECT_TRUE(has(l.why, "it has 2 statements, the cached graph 6")) << l.why;
+  }
   {  // the same kind with two statements fewer: not said
     f48 h = a + b;
     f48 y = h * a;

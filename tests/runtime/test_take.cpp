@@ -546,6 +546,10 @@ TEST(IndexCheck, EmbeddingAndCrossEntropyNameTheCallersLine) {
                      "is not ignore_index (-100)")) << e;
   e = index_error_of([&] { (void)xtpu::nn::cross_entropy(z, ids<4>({0, 9, -100, -1}), {.ignore_index = -1}); });
   EXPECT_TRUE(has(e, "label -100 at [2] of the labels (4) is outside [0, 10) and is not ignore_index (-1)")) << e;
+  // a sequence model's labels, reshaped to (B·T) as the logits are: the tensor's values are read
+  const auto targets = ids<2, 2>({0, 9, 3, 12});
+  e = index_error_of([&] { (void)xtpu::nn::cross_entropy(z, xtpu::reshape<4>(targets)); });
+  EXPECT_TRUE(has(e, "label 12 at [1, 1] of the labels (2, 2) is outside [0, 10)")) << e;
   const tensor<float> loss = xtpu::nn::cross_entropy(z, ids<4>({0, 9, -100, 3}));  // ignore_index passes
   EXPECT_TRUE(std::isfinite(loss.item()));
 }

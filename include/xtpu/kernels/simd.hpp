@@ -258,11 +258,11 @@ inline V sqrt(V v) noexcept {
     return xsimd::sqrt(v);
   }
 }
+/// 1.5 * 2^23: for |v| < 2^22, v + round_magic rounds away v's fraction (ties to even);
+/// round_even subtracts it again, math::exp also reads round(v) from the low mantissa bits.
+inline constexpr float round_magic = 12582912.0f;
 /// Rounds to an integral value, ties to even (|v| >= 2^22 is integral already and is
 /// returned as it is, as are infinities and NaN).
-/// 1.5 * 2^23: for |v| < 2^22, v + round_magic rounds away v's fraction (ties to even) and its
-/// low mantissa bits hold round(v) as an integer; round_even and math::exp read it.
-inline constexpr float round_magic = 12582912.0f;
 template <class V>
 inline V round_even(V v) noexcept {
   const V magic(round_magic);

@@ -10,8 +10,10 @@
 // quick_test and development presets), the indices are read on the host before the statement
 // is recorded — they are a batch from the loader, or any tensor whose value is ready — and the
 // first one out of range throws; indices a statement of the pending step computes are not
-// read (that would be a sync). nn::cross_entropy checks its labels the same way (allowing
-// ignore_index).
+// read (that would be a sync), nor are indices computed from ready ones (`ids - 1`, a slice or
+// a transpose of a batch): only a tensor, or a reshape of one, is read (ready_indices).
+// nn::cross_entropy checks its labels by the same rule (allowing ignore_index), and
+// nn::embedding with max_norm its ids before it rescales rows.
 // Errors: index_error naming the op, the caller's line, the value, its position, the
 // indices' shape and the range; the statement is not recorded (nothing pending changes).
 #pragma once
@@ -69,6 +71,14 @@ std::optional<std::pair<std::span<const std::int32_t>, std::span<const std::size
   else return std::nullopt;
 }
 
+/// Operand i, indices into [0, n), checked (check_index_values) if its value is ready
+/// (ready_indices); `allowed` is a value outside the range that is not an error (ignore_index).
+template <class I>
+void check_ready_indices(const I& i, std::int64_t n, std::optional<std::int32_t> allowed, std::string_view op,
+                         std::string_view noun, std::string_view nouns, const xtpu::source_location& where) {
+  if (const auto v = ready_indices(i)) check_index_values(v->first, v->second, n, allowed, op, noun, nouns, where);
+}
+
 /// The ops that read indices: their name and the indexed axis of x (child 0); indices child 1.
 template <class N>
 struct index_op {
@@ -106,9 +116,8 @@ void check_indices_in(const N& n, const xtpu::source_location& where) {
     if constexpr (index_op<N>::is) {
       using op = index_op<N>;
       using XShape = typename std::tuple_element_t<0, typename N::children>::shape_type;
-      if (const auto v = ready_indices(arg<1>(n)))
-        check_index_values(v->first, v->second, static_cast<std::int64_t>(extent_v<XShape, op::axis>), std::nullopt,
-                           std::string(op::name) + "<" + std::to_string(op::axis) + ">", "index", "indices", where);
+      check_ready_indices(arg<1>(n), static_cast<std::int64_t>(extent_v<XShape, op::axis>), std::nullopt,
+                          std::string(op::name) + "<" + std::to_string(op::axis) + ">", "index", "indices", where);
     }
     [&]<std::size_t... K>(std::index_sequence<K...>) { (check_indices_in(arg<K>(n), where), ...); }(std::make_index_sequence<arity_v<N>>{});
   }

@@ -200,12 +200,10 @@ inline std::pair<std::size_t, std::size_t> closeness(const graph_sketch& a, cons
           SIZE_MAX - (na > nb ? na - nb : nb - na)};
 }
 
-/// How a step differs from a cached one: the lines, at most `limit` (fewer when `unrelated`:
-/// no statement is shared, and the first differences say little; fewer too, after a line that
-/// says so, when one step has twice the statements of the other and the fewer are not the
-/// same statements at both ends — an evaluation beside training, most likely).
+/// How a step differs from a cached one: its kinship (debug::kinship) and the lines, at most
+/// `limit` — 3 when it is not kin: the first differences of a step of another kind say little.
 struct graph_diff {
-  bool unrelated = false;
+  debug::kinship kin;
   std::vector<std::string> lines;
 };
 
@@ -233,15 +231,10 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
   auto statements = [](std::size_t k) { return std::to_string(k) + (k == 1 ? " statement" : " statements"); };
   const std::size_t equal = recompile_detail::equal_statements(old, so, now, sn);
   const std::size_t most = std::max(n_old, n_new), least = std::min(n_old, n_new);
-  if (equal == 0 && !pr.shifted && most > 1) {
-    diff.unrelated = true;
-    limit = std::min<std::size_t>(limit, 3);
-  } else if (!pr.shifted && most >= 4 && most >= 2 * least) {  // a few statements alike, twice as many in one
-    say("a step of another kind, it seems (an evaluation beside the training step? each kind compiles once): " +
-        std::to_string(equal) + " of its " + statements(n_new) + " equal the cached graph's at the same number, of " +
-        std::to_string(n_old) + "; if it should have matched, the first differences are");
-    limit = std::min<std::size_t>(limit, 4);
-  }
+  if (equal == 0 && !pr.shifted && most > 1) diff.kin.kind = debug::kinship::unrelated;
+  else if (!pr.shifted && most >= 4 && most >= 2 * least)  // a few statements alike, twice as many in one
+    diff.kin = {debug::kinship::other_kind, equal, n_new, n_old};
+  if (diff.kin.kind != debug::kinship::related) limit = std::min<std::size_t>(limit, 3);
   // statements only added (or only taken away) between the same ones at both ends: each named
   // alone, the ones around it compared as pairs below
   const std::string around = std::string(pr.before ? "before it" : "") + (pr.before && pr.after ? " and " : "") +

@@ -534,7 +534,7 @@ class step {
       g = graph_info(*why);
       auto [closest, diff] = cache.nearest(sketch, signature_);
       g.closest = std::move(closest);
-      g.unrelated = diff.unrelated;
+      g.kin = diff.kin;
       g.differs = std::move(diff.lines);
     }
     if (strict) throw compilation_error(late_compile_message(g));
@@ -579,7 +579,7 @@ class step {
       m += "; no graph is cached to compare it with (nothing compiled yet, or the cache was cleared)";
     } else {
       m += "; it differs from the closest cached graph " + g.closest + ":";
-      if (g.unrelated) m += std::string("\n  ") + debug::unrelated_text;
+      if (g.kin.kind != debug::kinship::related) m += "\n  " + debug::kinship_text(g.kin);
       for (const auto& d : g.differs) m += "\n  " + d;
     }
     return m + "\nThe step stays pending and nothing is lost: call xtpu::allow_recompiles() to let it compile, or "

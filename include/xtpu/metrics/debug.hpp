@@ -70,14 +70,23 @@ struct trigger {
   xtpu::source_location where{};
 };
 
+/// How a new graph stands to the closest cached one. unrelated: no statement is shared;
+/// other_kind: one has twice the statements of the other or more and the fewer are not the
+/// same statements at both ends (an evaluation beside training, most likely) — `equal` of its
+/// `statements` equal the cached graph's at the same number, of `cached`.
+struct kinship {
+  enum kind_t { related, unrelated, other_kind } kind = related;
+  std::size_t equal = 0, statements = 0, cached = 0;
+};
+
 /// One step as an analysis block shows it.
 struct graph_info {
   std::uint64_t hash_hi = 0, hash_lo = 0;  // 32 hex digits
   std::size_t inputs = 0, outputs = 0;
   trigger by;
   std::string closest;                 // the hash of the closest cached graph (a recompile), else empty
-  bool unrelated = false;              // it shares no statement with any cached graph
-  std::vector<std::string> differs;    // how this graph differs from the closest (the first lines, if unrelated)
+  kinship kin;                         // how it stands to the closest (kinship_text: the line said first)
+  std::vector<std::string> differs;    // how this graph differs from the closest (the first lines only, if not kin)
   std::vector<std::string> recorded;   // where its statements were recorded ("statements 0-8: main (train.cpp:42)")
 };
 
@@ -216,10 +225,22 @@ inline std::string hash_text(std::uint64_t hi, std::uint64_t lo) {
   return buf;
 }
 
-/// The first line under "Differs from the closest cached graph" when no statement is shared.
-inline constexpr const char* unrelated_text =
-    "it shares no statement with any cached graph: a step of another kind (each kind compiles once); "
-    "if it should have matched this one, the first differences are";
+/// The line said first under "Differs from the closest cached graph" for a graph that is not
+/// kin to it ("" for a related one); the first differences follow it.
+inline std::string kinship_text(const kinship& k) {
+  const std::string tail = "; if it should have matched, the first differences are";
+  switch (k.kind) {
+    case kinship::unrelated:
+      return "it shares no statement with any cached graph: a step of another kind (each kind compiles once)" + tail;
+    case kinship::other_kind:
+      return "a step of another kind, it seems (an evaluation beside the training step? each kind compiles once): " +
+             std::to_string(k.equal) + " of its " + std::to_string(k.statements) +
+             (k.statements == 1 ? " statement" : " statements") + " equal the cached graph's at the same number, of " +
+             std::to_string(k.cached) + tail;
+    case kinship::related: break;
+  }
+  return {};
+}
 
 /// The block titled `title` ("Compilation" or "Execution") for graph g, in torch_xla's layout.
 inline std::string analysis(std::string_view title, const graph_info& g) {
@@ -232,7 +253,7 @@ inline std::string analysis(std::string_view title, const graph_info& g) {
   out += p + "  Number of Graph Outputs: " + std::to_string(g.outputs) + "\n";
   if (!g.closest.empty()) {
     out += p + "Differs from the closest cached graph " + g.closest + ":\n";
-    if (g.unrelated) out += p + "  " + unrelated_text + "\n";
+    if (g.kin.kind != kinship::related) out += p + "  " + kinship_text(g.kin) + "\n";
     for (const auto& d : g.differs) out += p + "  " + d + "\n";
   }
   out += p + "C++ Frame Triggered Execution:\n" + p + "  " + detail::frame_text(g.by.where) + "\n";

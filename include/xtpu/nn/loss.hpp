@@ -69,12 +69,10 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
     constexpr std::size_t classes = LS::dims[LS::rank - 1];
     using YS = typename detail::shape_of<Labels>::type;
     using detail::tensor_access;
+    if (xtpu::check_indices())  // XTPU_CHECK_INDICES: labels of a ready tensor, before anything is recorded
+      detail::check_ready_indices(detail::as_node(labels), static_cast<std::int64_t>(classes), o.ignore_index, "cross_entropy",
+                                  "label", "labels", caller);
     const auto y = detail::as_tensor(labels);
-    if constexpr (detail::tensor_like<decltype(y)>)  // (labels that failed their own check stay an expression)
-      if (xtpu::check_indices())             // XTPU_CHECK_INDICES (lazy/index_check.hpp): labels of a ready tensor
-        if (const auto v = detail::ready_values<YS>(*y.storage_ptr()))
-          detail::check_index_values(v->first, v->second, static_cast<std::int64_t>(classes), o.ignore_index, "cross_entropy",
-                                     "label", "labels", caller);
     const detail::tensor_for_t<float, LS> logp = log_softmax<-1>(cast<float>(logits));  // (..., C) f32
     const auto keep = y != o.ignore_index;                                                     // (...)
     // 0 <= y < C, in int32 (exact for any y and C): y < C where y >= 0, else y > 0 (false there)
