@@ -1,7 +1,7 @@
 // xtpu/settings.hpp — the one rule every run-time setting is checked by.
 //
 // Provides: xtpu::config_error; xtpu::settings::{setting, invalid, integer, real, choice, one_of,
-// from_env}; lazy/step.hpp adds settings::check_environment() (every variable at once).
+// from_env, switch_from_env}; lazy/step.hpp adds settings::check_environment() (every variable at once).
 // A setting has a name (what `xtpu::...` setters call it), an environment variable, its setter
 // and a valid range. Its value — from the environment at start-up, or from a setter — is
 // checked here, and a bad one is one typed error naming where the value came from (the
@@ -9,8 +9,8 @@
 //   xtpu: XTPU_NUM_THREADS='0' is not valid for num_threads: expected an integer in [1, 256]
 //   xtpu: xtpu::kernels::set_num_threads(0) is not valid for num_threads: expected an integer in [1, 256]
 // The settings today (docs/settings.md): XTPU_DEVICE, XTPU_MEMORY_FRACTION, XTPU_ISA,
-// XTPU_NUM_THREADS, XTPU_CACHE_SIZE, XTPU_USE_BF16, XTPU_DEBUG (and XTPU_DEBUG_FILE and XTPU_TRACE,
-// paths).
+// XTPU_NUM_THREADS, XTPU_CACHE_SIZE, XTPU_USE_BF16, XTPU_CHECK_INDICES, XTPU_DEBUG (and
+// XTPU_DEBUG_FILE and XTPU_TRACE, paths).
 // Errors: config_error (every setting but XTPU_DEVICE), device_not_available (XTPU_DEVICE).
 #pragma once
 
@@ -103,6 +103,13 @@ inline std::int64_t integer(const setting& s, std::string_view text) {
   if (ec != std::errc{} || end != text.data() + text.size() || !detail::in_range(s, static_cast<double>(v)))
     invalid(s, text, detail::range_text(s, true));
   return v;
+}
+
+/// An on/off setting's value from the environment ("0" or "1": an integer in the setting's
+/// range [0, 1]), if the variable is set.
+inline std::optional<bool> switch_from_env(const setting& s) {
+  if (const auto e = from_env(s)) return integer(s, *e) != 0;
+  return std::nullopt;
 }
 
 /// A real number in the setting's range, given to a setter (shown as its shortest exact text:

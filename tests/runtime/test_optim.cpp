@@ -335,6 +335,24 @@ pair_model make_pair() {
 }
 const std::vector<double> grads{0.3, -1.2, 0.05, 2.0, -0.7, 0.0, 1.5};
 
+enum class ref_opt { sgd, adam, adamw };
+/// Parameter value p after one update with gradient g by torch's formulas in float64: SGD
+/// without momentum, Adam (decay wd added to the gradient) or AdamW (the weight decayed itself),
+/// at rate lr; m, v Adam's moments, t its step (from 1).
+void reference_update(ref_opt kind, double& p, double g, double& m, double& v, double lr, double wd, int t,
+                      double b1 = 0.9, double b2 = 0.999, double eps = 1e-8) {
+  if (kind == ref_opt::sgd) {
+    p -= lr * (g + wd * p);
+    return;
+  }
+  if (kind == ref_opt::adamw) p *= 1 - lr * wd;
+  else g += wd * p;
+  m += (1 - b1) * (g - m);
+  v = b2 * v + (1 - b2) * g * g;
+  const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+  p -= lr / bc1 * m / (std::sqrt(v) / std::sqrt(bc2) + eps);
+}
+
 TEST(Optim, SgdWithMomentumNesterovAndDecayMatchesTorchFormulas) {
   for (const bool nesterov : {false, true}) {
     pair_model model = make_pair();
@@ -382,17 +400,9 @@ TEST(Optim, AdamAndAdamWMatchTorchFormulas) {
   for (const bool decoupled : {false, true}) {
     pair_model model = make_pair();
     std::vector<double> m(7), v(7);
-    const double b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.05;
     auto step = [&](std::vector<double>& p, double lr, int t) {
-      for (std::size_t i = 0; i < p.size(); ++i) {
-        double g = grads[i];
-        if (decoupled) p[i] *= 1 - lr * wd;
-        else g += wd * p[i];
-        m[i] += (1 - b1) * (g - m[i]);
-        v[i] = b2 * v[i] + (1 - b2) * g * g;
-        const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
-        p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + eps);
-      }
+      for (std::size_t i = 0; i < p.size(); ++i)
+        reference_update(decoupled ? ref_opt::adamw : ref_opt::adam, p[i], grads[i], m[i], v[i], lr, 0.05, t);
     };
     std::int64_t warm = 0;
     if (decoupled) {
@@ -415,23 +425,13 @@ TEST(Optim, LrScaleGivesTheParametersItNamesTheirOwnRate) {
   // against its formulas with the rate per parameter (torch's two param groups), the schedule
   // moving both; changing the factor compiles nothing
   const double wd = 0.05;
-  for (int kind = 0; kind < 3; ++kind) {  // sgd, adam, adamw
+  for (const ref_opt kind : {ref_opt::sgd, ref_opt::adam, ref_opt::adamw}) {
     pair_model model = make_pair();
     std::vector<double> m(7), v(7);
     auto step = [&](std::vector<double>& p, double lr_all, int t) {
       for (std::size_t i = 0; i < p.size(); ++i) {
         const double lr = i < 3 ? lr_all : static_cast<double>(static_cast<float>(lr_all) * 0.25f);
-        double g = grads[i];
-        if (kind == 0) {
-          p[i] -= lr * (g + wd * p[i]);
-          continue;
-        }
-        if (kind == 2) p[i] *= 1 - lr * wd;
-        else g += wd * p[i];
-        m[i] += (1 - 0.9) * (g - m[i]);
-        v[i] = 0.999 * v[i] + (1 - 0.999) * g * g;
-        const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.999, t);
-        p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + 1e-8);
+        reference_update(kind, p[i], grads[i], m[i], v[i], lr, wd, t);
       }
     };
     auto only_v = [](std::string_view name) { return name == "v"; };
@@ -451,10 +451,10 @@ TEST(Optim, LrScaleGivesTheParametersItNamesTheirOwnRate) {
       xtpu::optimizer_step(opt);
       EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a new factor recompiled";
     };
-    if (kind == 0) {
+    if (kind == ref_opt::sgd) {
       xtpu::optim::sgd opt(model, {.lr = 0.1f, .weight_decay = 0.05f});
       check(opt);
-    } else if (kind == 1) {
+    } else if (kind == ref_opt::adam) {
       xtpu::optim::adam opt(model, {.weight_decay = 0.05f});
       check(opt);
     } else {
@@ -467,27 +467,14 @@ TEST(Optim, LrScaleGivesTheParametersItNamesTheirOwnRate) {
 TEST(Optim, NoDecayLeavesTheParametersItNamesUndecayed) {
   // w (3) takes the decay, v (2, 2) none: each optimizer against its formulas with wd on w alone
   const double wd = 0.05;
-  for (int kind = 0; kind < 3; ++kind) {  // sgd, adam, adamw
+  for (const ref_opt kind : {ref_opt::sgd, ref_opt::adam, ref_opt::adamw}) {
     pair_model model = make_pair();
     std::vector<double> m(7), v(7);
     auto step = [&](std::vector<double>& p, double lr, int t) {
-      for (std::size_t i = 0; i < p.size(); ++i) {
-        const double decay = i < 3 ? wd : 0.0;
-        double g = grads[i];
-        if (kind == 0) {
-          p[i] -= lr * (g + decay * p[i]);
-          continue;
-        }
-        if (kind == 2) p[i] *= 1 - lr * decay;
-        else g += decay * p[i];
-        m[i] += (1 - 0.9) * (g - m[i]);
-        v[i] = 0.999 * v[i] + (1 - 0.999) * g * g;
-        const double bc1 = 1 - std::pow(0.9, t), bc2 = 1 - std::pow(0.999, t);
-        p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + 1e-8);
-      }
+      for (std::size_t i = 0; i < p.size(); ++i) reference_update(kind, p[i], grads[i], m[i], v[i], lr, i < 3 ? wd : 0.0, t);
     };
     auto only_v = [](std::string_view name) { return name == "v"; };
-    if (kind == 2) {  // with w frozen before v: v's decay found by v's own index
+    if (kind == ref_opt::adamw) {  // with w frozen before v: v's decay found by v's own index
       pair_model frozen = make_pair();
       frozen.w.requires_grad(false);
       xtpu::optim::adamw opt(frozen, {.weight_decay = 0.05f});
@@ -497,20 +484,16 @@ TEST(Optim, NoDecayLeavesTheParametersItNamesUndecayed) {
       for (int t = 1; t <= 3; ++t) {
         xtpu::backward(xtpu::sum(frozen.w * 2.0f) + xtpu::sum(frozen.v * 3.0f));
         xtpu::optimizer_step(opt);
-        for (std::size_t i = 0; i < 4; ++i) {  // g = 3, no decay
-          mv[i] += (1 - 0.9) * (3.0 - mv[i]);
-          vv[i] = 0.999 * vv[i] + (1 - 0.999) * 9.0;
-          pv[i] -= 1e-3 / (1 - std::pow(0.9, t)) * mv[i] / (std::sqrt(vv[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
-        }
+        for (std::size_t i = 0; i < 4; ++i) reference_update(ref_opt::adamw, pv[i], 3.0, mv[i], vv[i], 1e-3, 0.0, t);  // no decay
       }
       EXPECT_EQ(host(frozen.w), w0);
       EXPECT_TRUE(all_near(host(frozen.v), pv, 1e-6, 1e-8));
     }
-    if (kind == 0) {
+    if (kind == ref_opt::sgd) {
       xtpu::optim::sgd opt(model, {.lr = 0.1f, .weight_decay = 0.05f});
       EXPECT_EQ(opt.no_decay(only_v), 1u);
       run_and_compare(opt, model, grads, step, 12);
-    } else if (kind == 1) {
+    } else if (kind == ref_opt::adam) {
       xtpu::optim::adam opt(model, {.weight_decay = 0.05f});
       EXPECT_EQ(opt.no_decay(only_v), 1u);
       EXPECT_EQ(opt.no_decay([](std::string_view) { return false; }), 0u);  // what it matched before stays off

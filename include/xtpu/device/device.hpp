@@ -596,10 +596,7 @@ class device_buffer {
 inline constexpr settings::setting use_bf16_setting{
     .name = "use_bf16", .env = "XTPU_USE_BF16", .lo = 0, .hi = 1, .setter = "xtpu::set_use_bf16"};
 inline std::atomic<bool>& use_bf16_cell() {
-  static std::atomic<bool> cell{[] {
-    const auto e = settings::from_env(use_bf16_setting);
-    return e && settings::integer(use_bf16_setting, *e) != 0;
-  }()};
+  static std::atomic<bool> cell{settings::switch_from_env(use_bf16_setting).value_or(false)};
   return cell;
 }
 }  // namespace detail

@@ -74,9 +74,8 @@ struct config {
     namespace d = xtpu::detail;
     if (const auto e = settings::from_env(d::device_setting)) c.device = std::string(d::find_generation(*e).name);
     if (const auto e = settings::from_env(d::fraction_setting)) c.memory_fraction = settings::real(d::fraction_setting, *e);
-    if (const auto e = settings::from_env(d::use_bf16_setting)) c.use_bf16 = settings::integer(d::use_bf16_setting, *e) != 0;
-    if (const auto e = settings::from_env(d::check_indices_setting))
-      c.check_indices = settings::integer(d::check_indices_setting, *e) != 0;
+    if (const auto e = settings::switch_from_env(d::use_bf16_setting)) c.use_bf16 = *e;
+    if (const auto e = settings::switch_from_env(d::check_indices_setting)) c.check_indices = *e;
     if (const auto e = settings::from_env(d::plan_cache::cache_setting))
       c.plan_cache = static_cast<std::size_t>(settings::integer(d::plan_cache::cache_setting, *e));
     if (const auto e = settings::from_env(kernels::detail::threads_setting))

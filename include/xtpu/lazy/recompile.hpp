@@ -228,7 +228,6 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
         (was ? "rounded to bf16" : "as f32"));
   const std::size_t n_old = old.stmts.size(), n_new = now.stmts.size();
   const pairing pr = pair_up(old, so, now, sn);
-  auto statements = [](std::size_t k) { return std::to_string(k) + (k == 1 ? " statement" : " statements"); };
   const std::size_t equal = recompile_detail::equal_statements(old, so, now, sn);
   const std::size_t most = std::max(n_old, n_new), least = std::min(n_old, n_new);
   if (equal == 0 && !pr.shifted && most > 1) diff.kin.kind = debug::kinship::unrelated;
@@ -248,7 +247,7 @@ inline graph_diff differences(const graph_sketch& old, const std::vector<std::ui
       say("the cached graph's " + statement_text(k, old.stmts[k].where) + " (" + describe(old.stmts[k]) +
           ") is not recorded now; the statements " + around + " are the same");
   } else if (n_old != n_new) {
-    say("it has " + statements(n_new) + ", the cached graph " + std::to_string(n_old) +
+    say("it has " + debug::detail::statements_text(n_new) + ", the cached graph " + std::to_string(n_old) +
         (n_new > n_old ? " (from statement " + std::to_string(n_old) + " on: " + describe(now.stmts[n_old]) + ", ...)"
                        : " (statement " + std::to_string(n_new) + " was " + describe(old.stmts[n_new]) + ")"));
   }

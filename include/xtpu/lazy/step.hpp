@@ -377,10 +377,7 @@ class plan_cache {
 inline constexpr settings::setting check_indices_setting{
     .name = "check_indices", .env = "XTPU_CHECK_INDICES", .lo = 0, .hi = 1, .setter = "xtpu::set_check_indices"};
 inline std::atomic<bool>& check_indices_cell() {
-  static std::atomic<bool> cell{[] {
-    const auto e = settings::from_env(check_indices_setting);
-    return e && settings::integer(check_indices_setting, *e) != 0;
-  }()};
+  static std::atomic<bool> cell{settings::switch_from_env(check_indices_setting).value_or(false)};
   return cell;
 }
 

@@ -192,6 +192,9 @@ inline bool strict_now() noexcept {
   return from >= 0 && c.steps.load(std::memory_order_relaxed) >= from;
 }
 
+/// "1 statement", "5 statements": a count of statements as the explanations say it.
+inline std::string statements_text(std::size_t k) { return std::to_string(k) + (k == 1 ? " statement" : " statements"); }
+
 }  // namespace detail
 
 /// The debug level (XTPU_DEBUG: 0, 1 or 2); its first call reads XTPU_DEBUG (config_error if bad).
@@ -234,8 +237,8 @@ inline std::string kinship_text(const kinship& k) {
       return "it shares no statement with any cached graph: a step of another kind (each kind compiles once)" + tail;
     case kinship::other_kind:
       return "a step of another kind, it seems (an evaluation beside the training step? each kind compiles once): " +
-             std::to_string(k.equal) + " of its " + std::to_string(k.statements) +
-             (k.statements == 1 ? " statement" : " statements") + " equal the cached graph's at the same number, of " +
+             std::to_string(k.equal) + " of its " + detail::statements_text(k.statements) +
+             " equal the cached graph's at the same number, of " +
              std::to_string(k.cached) + tail;
     case kinship::related: break;
   }
