@@ -10,10 +10,12 @@
 // 4. xtpu::set_check_indices(true) (as XTPU_CHECK_INDICES=1): a label outside the classes is an
 //    index_error where cross_entropy is called, naming the label, its place and the line — and
 //    nothing is recorded; without it the loss would be NaN.
+// 5. With the check still on, an index the step computes (a token id shifted by one, 0 - 1) is
+//    found by take's loop when the step runs: mark_step throws it after the step ran to its end.
 // The debug output goes to debug_step.log in the working directory and is printed at the end.
 // Self-checking: exits non-zero unless the loss falls, the log has exactly the expected
 // blocks and warning, the late compile threw with the difference and lost nothing, and the
-// bad label was caught before it was recorded.
+// bad label was caught before it was recorded, and the shifted id when the step ran.
 #include <xtpu/bench/steps.hpp>
 #include <xtpu/xtpu.hpp>
 
@@ -115,6 +117,24 @@ int main() {
   const bool caught = bad_label.find("label 3 at [4] of the labels (8) is outside [0, 3)") != std::string::npos &&
                       nothing_recorded && std::abs(ce.item() - std::log(3.0f)) < 1e-6f;  // equal scores: ln 3
 
+  // 5. indices the step computes: checked by the loops as the step runs
+  const std::vector<float> table_values{1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<std::int32_t> tokens{1, 2, 0, 3};  // shifted by one below: 0 becomes -1
+  const auto table = xtpu::from_host<float, 4, 2>(table_values.data(), table_values.size());
+  const tensor<float, 4, 2> rows = xtpu::take<0>(table, xtpu::from_host<std::int32_t, 4>(tokens.data(), tokens.size()) - 1);
+  std::string bad_id;
+  try {
+    xtpu::mark_step();
+  } catch (const xtpu::index_error& e) {
+    bad_id = e.what();
+    std::printf("caught index_error:\n%s\n", bad_id.c_str());
+  }
+  const auto got = rows.to_host();  // the step ran: that row is zeros, the others the table's
+  const bool found = bad_id.find("index -1 at [2] of the indices (4) is outside [0, 4)") != std::string::npos &&
+                     bad_id.find("found when the step ran") != std::string::npos && got(2, 0) == 0.0f && got(0, 0) == 1.0f &&
+                     got(3, 1) == 6.0f;
+  xtpu::set_check_indices(false);
+
   const bool learned = last < 0.5f * first;
   const bool timed = timing.compiles == 0 && timing.sync_points == 0 && timing.step_ms.size() == 20;
   const bool blocks = count(out, "Compilation Analysis: Compilation Cause") == 3;  // init, training, evaluation
@@ -122,8 +142,8 @@ int main() {
   const bool guarded = late.find("it differs from the closest cached graph") != std::string::npos &&
                        late.find("-> f32[8,") != std::string::npos && still_pending && std::isfinite(p0);
   std::printf("learned: %s; timed without a compile: %s; compile blocks: %s; transfer warning: %s; late compile guarded: %s; "
-              "bad label caught: %s\n",
+              "bad label caught: %s; computed id found when the step ran: %s\n",
               learned ? "yes" : "NO", timed ? "yes" : "NO", blocks ? "3" : "WRONG", warned ? "yes" : "NO", guarded ? "yes" : "NO",
-              caught ? "yes" : "NO");
-  return learned && timed && blocks && warned && guarded && caught ? 0 : 1;
+              caught ? "yes" : "NO", found ? "yes" : "NO");
+  return learned && timed && blocks && warned && guarded && caught && found ? 0 : 1;
 }

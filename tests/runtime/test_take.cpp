@@ -9,7 +9,9 @@
 // (torch.gather): values per position on every axis, its gradient (a scatter along the axis,
 // repeated indices summed in order) against float64 sums, the scatter's own gradient (a
 // gather), the same bits at 1 and 2 threads, and a label's log-probability picked by gather
-// equal to cross_entropy's.
+// equal to cross_entropy's. XTPU_CHECK_INDICES (IndexCheck.*): ready indices and labels when
+// a statement is recorded (nothing recorded), and the indices a step computes as it runs (in a
+// loop and a product's fused epilogue, the first at 1 and 2 threads, from mark_step and a read).
 #include "files.hpp"
 #include "grad_check.hpp"
 
@@ -516,13 +518,78 @@ TEST(IndexCheck, TakeAndGatherOfAReadyTensorThrowNamingTheValueItsPlaceAndTheRan
   EXPECT_EQ(host(fine), (std::vector<double>{zh[0], zh[3 + 2], zh[6 + 2], zh[9 + 1]}));
 }
 
-TEST(IndexCheck, IndicesTheStepComputesAreNotRead) {
-  const checked_indices on;
+/// What running the pending step (f: mark_step or a sync point) throws as an index_error, or
+/// "" if it throws none; the step has run either way.
+template <class F>
+std::string run_error_of(F&& f) {
+  std::string m;
+  try {
+    f();
+  } catch (const xtpu::index_error& e) {
+    m = e.what();
+  }
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 0u) << "the step did not run to its end";
+  return m;
+}
+
+TEST(IndexCheck, IndicesTheStepComputesAreCheckedWhenItRuns) {
   const auto x = device<float, 5, 3>(values(15, 1));
-  const tensor<std::int32_t, 2> at = ids<2>({1, 7}) + 0;  // pending: reading it would be a sync
+  const auto xh = host(x);
+  const checked_indices on;
+  const tensor<std::int32_t, 2> at = ids<2>({1, 7}) + 0;  // pending: not read when recorded (a sync)
+  const int line = __LINE__ + 1;
   const tensor<float, 2, 3> t = xtpu::take<0>(x, at);
-  xtpu::mark_step();
-  EXPECT_EQ(host(t)[3], 0.0);  // 7: zeros, as without the check
+  const tensor<float, 2, 3> u = t * 2.0f;  // after it: runs too
+  EXPECT_EQ(xtpu::lazy::pending_statements(), 3u);
+  std::string m = run_error_of([] { xtpu::mark_step(); });
+  EXPECT_TRUE(has(m, "xtpu: take<0> at ")) << m;
+  EXPECT_TRUE(has(m, "test_take.cpp:" + std::to_string(line) + "): index 7 at [1] of the indices (2) is outside [0, 5) "
+                     "(XTPU_CHECK_INDICES is on; found when the step ran, which it did to its end with 0 for that index)")) << m;
+  EXPECT_EQ(host(t), (std::vector<double>{xh[3], xh[4], xh[5], 0, 0, 0}));
+  EXPECT_EQ(host(u), (std::vector<double>{2 * xh[3], 2 * xh[4], 2 * xh[5], 0, 0, 0}));
+
+  // computed from a ready tensor in the statement itself (ids - 1), found by a sync point
+  m = run_error_of([&] { (void)host(tensor<float, 2, 3>(xtpu::take<0>(x, ids<2>({1, 0}) - 1))); });
+  EXPECT_TRUE(has(m, "index -1 at [1] of the indices (2) is outside [0, 5)")) << m;
+
+  // in a product's fused epilogue: relu(h w + rows of a table picked by ids - 1)
+  const auto h = device<float, 4, 8>(values(32, 4));
+  const auto wt = device<float, 8, 16>(values(128, 5));
+  const auto table = device<float, 3, 16>(values(48, 6));
+  const tensor<float, 4, 16> y = xtpu::relu(xtpu::matmul(h, wt) + xtpu::take<0>(table, ids<4>({1, 2, 4, 3}) - 1));
+  const std::string plan = xtpu::lazy::explain();
+  EXPECT_TRUE(has(plan, "matmul+epilogue 4x8x16")) << plan;
+  m = run_error_of([] { xtpu::mark_step(); });
+  EXPECT_TRUE(has(m, "index 3 at [2] of the indices (4) is outside [0, 3)")) << m;
+
+  // many out of range, on threads: the first statement's, then the first position, whatever
+  // the thread count (two loops of 8192 × 8 values, pieces on both threads)
+  const auto w = device<float, 100, 8>(values(800, 3));
+  std::vector<std::int32_t> many(8192, 5);
+  many[7000] = 100, many[6000] = -2, many[3000] = 300;  // in both threads' halves; [3000] is first
+  const int was = xtpu::kernels::num_threads();
+  for (const int threads : {1, 2}) {
+    xtpu::kernels::set_num_threads(threads);
+    const tensor<std::int32_t, 8192> big = ids<8192>(many) + 0;  // pending
+    const tensor<float, 8192, 8> a = xtpu::take<0>(w, big) + 1.0f;
+    const tensor<float, 8192, 8> b = xtpu::take<0>(w, big * 2 - 200);  // out of range almost everywhere
+    m = run_error_of([] { xtpu::mark_step(); });
+    EXPECT_TRUE(has(m, "index 300 at [3000] of the indices (8192) is outside [0, 100)")) << threads << ": " << m;
+    EXPECT_EQ(host(a)[3000 * 8], 1.0) << threads;
+  }
+  xtpu::kernels::set_num_threads(was);
+
+  // in range: no error
+  const tensor<float, 2, 3> fine = xtpu::take<0>(x, ids<2>({1, 5}) - 1);
+  EXPECT_EQ(run_error_of([] { xtpu::mark_step(); }), "");
+  EXPECT_EQ(host(fine), (std::vector<double>{xh[0], xh[1], xh[2], xh[12], xh[13], xh[14]}));
+}
+
+TEST(IndexCheck, OffTheStepReadsZerosAndSaysNothing) {
+  const auto x = device<float, 5, 3>(values(15, 1));
+  const tensor<float, 2, 3> t = xtpu::take<0>(x, ids<2>({1, 7}) + 0);
+  EXPECT_EQ(run_error_of([] { xtpu::mark_step(); }), "");
+  EXPECT_EQ(host(t)[3], 0.0);  // 7: zeros
 }
 
 TEST(IndexCheck, EmbeddingAndCrossEntropyNameTheCallersLine) {

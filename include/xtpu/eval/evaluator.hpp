@@ -3,7 +3,9 @@
 //
 // Provides:
 //   detail::bound — what a kernel reads at run time: the post-order leaf, scalar and temp
-//     arrays of the statement being executed;
+//     arrays of the statement being executed, and where it notes an index out of range;
+//   detail::index_faults, detail::index_site — the first index out of range a step's take or
+//     gather met (XTPU_CHECK_INDICES at run time: lazy/step.hpp turns it into index_error);
 //   detail::slots, detail::child_slots<N, S, I>, detail::own_slots<N, S> — where the leaves,
 //     scalars and temps of node N's child I (and N's own captures, after all its children's)
 //     start when N's start at S. Post-order: every other slot number in xtpu is computed here;
@@ -16,14 +18,81 @@
 //   detail::load_child<N, S, I>(bound, i) — child I's element i.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
 #include "xtpu/dtype/dtype.hpp"
 
 namespace xtpu::detail {
+
+/// Whether k indexes an axis of extent n: [0, n) — the one range rule of take, gather, their
+/// scatters and XTPU_CHECK_INDICES.
+constexpr bool index_in_range(std::int64_t k, std::int64_t n) noexcept { return k >= 0 && k < n; }
+
+/// An op that reads indices, as its error names it: "take<1>: index ... of the indices (2, 4)
+/// is outside [0, 5)" — op, axis, the indices' dims and the indexed extent n.
+struct index_site {
+  std::string_view op;
+  std::size_t axis;
+  std::span<const std::size_t> dims;
+  std::int64_t n;
+  std::string_view noun = "index", nouns = "indices";
+  /// "take<1>"
+  std::string text() const { return std::string(op) + "<" + std::to_string(axis) + ">"; }
+};
+
+/// The first index outside its range that a step's loops met: first by statement, then by
+/// position in the indices, then by `order` (which of a statement's takes and gathers: the
+/// first slot of its indices) — the same one at any thread count and on any path. Loops note
+/// from any thread (noexcept; a spin lock, taken only for an index out of range that does not
+/// come after the one kept).
+class index_faults {
+ public:
+  [[gnu::cold, gnu::noinline]] void note(std::uint32_t statement, std::size_t position, std::size_t order, std::int64_t value,
+                                         const index_site& site) noexcept {
+    const std::uint64_t key = key_of(statement, position);
+    if (key > best_.load(std::memory_order_relaxed)) return;
+    while (lock_.test_and_set(std::memory_order_acquire)) {
+    }
+    const std::uint64_t best = best_.load(std::memory_order_relaxed);
+    if (key < best || (key == best && order < order_)) {
+      best_.store(key, std::memory_order_relaxed);
+      statement_ = statement, position_ = position, order_ = order, value_ = value, site_ = &site;
+    }
+    lock_.clear(std::memory_order_release);
+  }
+  /// Read after the loops have joined.
+  bool seen() const noexcept { return site_ != nullptr; }
+  std::uint32_t statement() const noexcept { return statement_; }
+  std::size_t position() const noexcept { return position_; }
+  std::int64_t value() const noexcept { return value_; }
+  const index_site& site() const noexcept { return *site_; }
+  void clear() noexcept {
+    best_.store(std::numeric_limits<std::uint64_t>::max(), std::memory_order_relaxed);
+    order_ = std::numeric_limits<std::size_t>::max();
+    site_ = nullptr;
+  }
+
+ private:
+  // statement in the high 24 bits, position in the low 40: a step holds fewer than 2^24
+  // statements (16 M) and indices fewer than 2^40 values
+  static constexpr std::uint64_t key_of(std::uint32_t statement, std::size_t position) noexcept {
+    return (std::uint64_t{statement} << 40) | (static_cast<std::uint64_t>(position) & ((std::uint64_t{1} << 40) - 1));
+  }
+  std::atomic<std::uint64_t> best_{std::numeric_limits<std::uint64_t>::max()};
+  std::atomic_flag lock_ = ATOMIC_FLAG_INIT;
+  std::uint32_t statement_ = 0;
+  std::size_t position_ = 0, order_ = std::numeric_limits<std::size_t>::max();
+  std::int64_t value_ = 0;
+  const index_site* site_ = nullptr;
+};
 
 /// What a kernel reads at run time (post-order arrays of the statement being executed).
 struct bound {
@@ -33,6 +102,8 @@ struct bound {
   const std::uint64_t* versions;  // per leaf: its buffer's version (device_buffer::version)
   bool rounds_output = false;     // the step rounds a float output to bf16 in place after the loop (plan::rounds)
   std::uint64_t ready_temps = 0;  // ready_bit(t): temp t holds its value already, an earlier statement's
+  index_faults* faults = nullptr;  // where a take or gather notes an index out of range (null: the check is off)
+  std::uint32_t statement = 0;     // the statement's place in its step, as faults records it
 };
 /// The temps a ready mask can name: 0 .. ready_temp_bits - 1 (a later temp is computed again).
 inline constexpr std::size_t ready_temp_bits = 64;

@@ -2,7 +2,8 @@
 // (expr/indexing.hpp).
 //
 // Provides: detail::evaluator<take_node>::load<S> (an index remap that fuses into its consumer's
-// loop, read an element per lane: the index is read, then x at it; 0 outside [0, n)), and
+// loop, read an element per lane: the index is read, then x at it; 0 outside [0, n), noted in
+// the bound's index_faults when XTPU_CHECK_INDICES is on), and
 // detail::evaluator<scatter_add_node>::compute<S> (zeros, then each slice of g added at its
 // index). Order: every output element adds its contributions in index order (j = 0, 1, ...), in
 // f32, whatever the split over threads (pieces are ranges of columns, each summed over every
@@ -32,10 +33,19 @@ template <class S, std::size_t Axis>
 struct indexed_axis {
   static constexpr std::size_t n = axis_split<S, Axis>::n, inner = axis_split<S, Axis>::inner, outer = S::size / (n * inner);
   /// Whether index k names a slice (take reads 0 and scatter_add adds nothing for any other).
-  static constexpr bool holds(std::int64_t k) noexcept { return k >= 0 && k < static_cast<std::int64_t>(n); }
+  static constexpr bool holds(std::int64_t k) noexcept { return index_in_range(k, static_cast<std::int64_t>(n)); }
   /// The flat offset of slice k of block o.
   static constexpr std::size_t slice(std::size_t o, std::size_t k) noexcept { return (o * n + k) * inner; }
 };
+
+/// What take and gather read for index k outside [0, n) at position `at` of their indices
+/// (whose first slot is `order`): 0, noted in the step's index_faults when the check is on
+/// (XTPU_CHECK_INDICES).
+template <class T>
+compute_t<T> index_outside(const bound& b, std::size_t at, std::size_t order, std::int64_t k, const index_site& site) noexcept {
+  if (b.faults != nullptr) b.faults->note(b.statement, at, order, k, site);
+  return compute_t<T>{};
+}
 
 template <std::size_t Axis, class X, class I>
 struct evaluator<take_node<Axis, X, I>> {
@@ -45,11 +55,13 @@ struct evaluator<take_node<Axis, X, I>> {
   /// The result as (outer, indices, inner): its index j runs over the indices.
   using out = axis_split<extents<in::outer, I::shape_type::size, in::inner>, 1>;
 
+  static constexpr index_site site{"take", Axis, I::shape_type::dims, static_cast<std::int64_t>(in::n)};
+
   template <slots S>
   static compute_t<value_type> load(const bound& b, std::size_t i) noexcept {
     const out o(i);
     const auto k = static_cast<std::int64_t>(load_child<node, S, 1>(b, o.a));
-    if (!in::holds(k)) return compute_t<value_type>{};
+    if (!in::holds(k)) return index_outside<value_type>(b, o.a, child_slots<node, S, 1>.leaf, k, site);
     return static_cast<compute_t<value_type>>(load_child<node, S, 0>(b, in::slice(o.outer, static_cast<std::size_t>(k)) + o.rest));
   }
 };
@@ -60,11 +72,13 @@ struct evaluator<gather_node<Axis, X, I>> {
   using value_type = typename node::value_type;
   using in = indexed_axis<typename X::shape_type, Axis>;
 
+  static constexpr index_site site{"gather", Axis, I::shape_type::dims, static_cast<std::int64_t>(in::n)};
+
   template <slots S>
   static compute_t<value_type> load(const bound& b, std::size_t i) noexcept {
     const axis_split<typename I::shape_type, Axis> o(i);  // the result is the indices' shape
     const auto k = static_cast<std::int64_t>(load_child<node, S, 1>(b, i));
-    if (!in::holds(k)) return compute_t<value_type>{};
+    if (!in::holds(k)) return index_outside<value_type>(b, i, child_slots<node, S, 1>.leaf, k, site);
     return static_cast<compute_t<value_type>>(load_child<node, S, 0>(b, in::slice(o.outer, static_cast<std::size_t>(k)) + o.rest));
   }
 };

@@ -310,7 +310,7 @@ template <class E>
 void run_fused(const bound& b, void* dst) {
   using Loc = std::remove_pointer_t<decltype(find_matmul<E, slots{}>())>;
   using MM = typename Loc::node;
-  fused_context ctx{static_cast<float*>(dst), {dst}, {b.leaves, b.scalars, nullptr, b.versions}};
+  fused_context ctx{static_cast<float*>(dst), {dst}, b};  // b's index_faults and statement too
   ctx.root.temps = ctx.temps;
   kernels::simd::dispatch([&](auto p) {
     evaluator<MM>::template compute<Loc::at>(b, ctx.out, &fused_epilogue<E, decltype(p)::value>, &ctx);

@@ -4,8 +4,8 @@
 //
 // Provides: take<Axis>(x, indices) — x (a..., n, b...), indices (i...) int32 -> (a..., i..., b...):
 // out[a..., i..., b...] = x[a..., indices[i...], b...]; an index outside [0, n) gives 0 (no host
-// sync checks it: PyTorch raises, XLA clamps; XTPU_CHECK_INDICES checks indices that are ready,
-// lazy/index_check.hpp). Its evaluator (eval/indexing.hpp) fuses it into
+// sync checks it: PyTorch raises, XLA clamps; XTPU_CHECK_INDICES checks indices that are ready
+// when recorded and the others as the step runs, lazy/index_check.hpp). Its evaluator (eval/indexing.hpp) fuses it into
 // the consumer's loop. detail::scatter_add<Axis, XShape>(g, indices) — the reverse: zeros of
 // XShape with g's slices added at the indices (repeated indices summed, in index order, the
 // same bits at every thread count); a materialized node, used by take's gradient rule.

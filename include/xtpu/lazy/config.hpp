@@ -42,7 +42,7 @@ struct config {
   double memory_fraction = 0.9;        // XTPU_MEMORY_FRACTION
   double hbm_gib = 0;                  // the chip's HBM in GiB; 0: the generation's
   bool use_bf16 = false;               // XTPU_USE_BF16: float tensors stored as bf16 values
-  bool check_indices = false;          // XTPU_CHECK_INDICES: ids and labels checked when recorded
+  bool check_indices = false;          // XTPU_CHECK_INDICES: ids and labels checked when recorded and run
   std::size_t plan_cache = 1024;       // XTPU_CACHE_SIZE
   int num_threads = 0;                 // XTPU_NUM_THREADS; 0: all cores
   std::string isa;                     // XTPU_ISA; empty: the widest path this CPU runs

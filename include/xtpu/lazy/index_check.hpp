@@ -1,21 +1,26 @@
 // xtpu/lazy/index_check.hpp — XTPU_CHECK_INDICES: a statement's int32 indices checked against
-// their range when it is recorded, as PyTorch checks them when it runs the op.
+// their range, as PyTorch checks them when it runs the op.
 //
-// Provides: detail::check_index_values (the one rule and message), detail::reads_indices_v<E>
+// Provides: detail::check_index_values (the record-time rule; its message is
+// lazy/step.hpp's index_error_text, shared with the run-time check), detail::reads_indices_v<E>
 // (whether E has a take or a gather), detail::check_indices_in(e, where) (each take / gather
 // of e whose indices are a tensor — or a reshape of one — holding its value now).
 // Off (the default), nothing is checked: an index outside [0, n) reads 0 (take, gather, an
 // embedding) and a label outside [0, C) makes cross_entropy's loss NaN, with no host sync (as
 // on a TPU, where XLA clamps). On (XTPU_CHECK_INDICES=1, xtpu::set_check_indices(true), the
-// quick_test and development presets), the indices are read on the host before the statement
-// is recorded — they are a batch from the loader, or any tensor whose value is ready — and the
-// first one out of range throws; indices a statement of the pending step computes are not
-// read (that would be a sync), nor are indices computed from ready ones (`ids - 1`, a slice or
-// a transpose of a batch): only a tensor, or a reshape of one, is read (ready_indices).
-// nn::cross_entropy checks its labels by the same rule (allowing ignore_index), and
-// nn::embedding with max_norm its ids before it rescales rows.
+// quick_test and development presets), twice:
+//   * when the statement is recorded, indices that are a tensor, or a reshape of one, whose
+//     value is ready (a batch from the loader) are read on the host, and the first one out of
+//     range throws before anything is recorded (ready_indices);
+//   * when the step runs, every take and gather notes an index out of range as its loop reads
+//     it (eval/indexing.hpp: indices the step computes, `ids - 1`, a slice of a batch), and
+//     the step, run to its end with 0 for that index, throws the first of them (by statement,
+//     then position: the same one at any thread count) from mark_step or the sync point.
+// nn::cross_entropy checks its labels at record time by the same rule (allowing ignore_index;
+// labels the step computes are not checked), and nn::embedding with max_norm its ids before
+// it rescales rows.
 // Errors: index_error naming the op, the caller's line, the value, its position, the
-// indices' shape and the range; the statement is not recorded (nothing pending changes).
+// indices' shape and the range, and whether the statement was not recorded or the step ran.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +33,7 @@
 #include <utility>
 
 #include "xtpu/error.hpp"
+#include "xtpu/eval/indexing.hpp"
 #include "xtpu/expr/indexing.hpp"
 #include "xtpu/lazy/step.hpp"
 #include "xtpu/metrics/debug.hpp"
@@ -43,15 +49,8 @@ inline void check_index_values(std::span<const std::int32_t> v, std::span<const 
                                std::string_view nouns, const xtpu::source_location& where) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::int64_t k = v[i];
-    if ((k >= 0 && k < n) || (allowed && k == *allowed)) continue;
-    std::string at, shape;
-    for (std::size_t d = dims.size(), rest = i; d-- > 0; rest /= dims[d]) at = std::to_string(rest % dims[d]) + (at.empty() ? "" : ", ") + at;
-    for (std::size_t d = 0; d < dims.size(); ++d) shape += (d ? ", " : "") + std::to_string(dims[d]);
-    std::string msg = "xtpu: " + std::string(op) + " at " + debug::detail::frame_text(where) + ": " + std::string(noun) + " " +
-                      std::to_string(k) + " at [" + at + "] of the " + std::string(nouns) + " (" + shape + ") is outside [0, " +
-                      std::to_string(n) + ")";
-    if (allowed) msg += " and is not ignore_index (" + std::to_string(*allowed) + ")";
-    throw index_error(msg + " (" + std::string(check_indices_setting.env) + " is on; the statement was not recorded)");
+    if (index_in_range(k, n) || (allowed && k == *allowed)) continue;
+    throw index_error(index_error_text(k, i, dims, n, allowed, op, noun, nouns, where, "the statement was not recorded"));
   }
 }
 
@@ -79,7 +78,8 @@ void check_ready_indices(const I& i, std::int64_t n, std::optional<std::int32_t>
   if (const auto v = ready_indices(i)) check_index_values(v->first, v->second, n, allowed, op, noun, nouns, where);
 }
 
-/// The ops that read indices: their name and the indexed axis of x (child 0); indices child 1.
+/// Whether N is an op that reads indices (child 1) into its child 0: take or gather, whose
+/// evaluator's index_site names it.
 template <class N>
 struct index_op {
   static constexpr bool is = false;
@@ -87,14 +87,10 @@ struct index_op {
 template <std::size_t Axis, class X, class I>
 struct index_op<take_node<Axis, X, I>> {
   static constexpr bool is = true;
-  static constexpr std::size_t axis = Axis;
-  static constexpr std::string_view name = "take";
 };
 template <std::size_t Axis, class X, class I>
 struct index_op<gather_node<Axis, X, I>> {
   static constexpr bool is = true;
-  static constexpr std::size_t axis = Axis;
-  static constexpr std::string_view name = "gather";
 };
 
 /// Whether node N, or a node below it, is a take or a gather.
@@ -114,10 +110,8 @@ template <class N>
 void check_indices_in(const N& n, const xtpu::source_location& where) {
   if constexpr (reads_indices_v<N>) {
     if constexpr (index_op<N>::is) {
-      using op = index_op<N>;
-      using XShape = typename std::tuple_element_t<0, typename N::children>::shape_type;
-      check_ready_indices(arg<1>(n), static_cast<std::int64_t>(extent_v<XShape, op::axis>), std::nullopt,
-                          std::string(op::name) + "<" + std::to_string(op::axis) + ">", "index", "indices", where);
+      constexpr const index_site& site = evaluator<N>::site;
+      check_ready_indices(arg<1>(n), site.n, std::nullopt, site.text(), site.noun, site.nouns, where);
     }
     [&]<std::size_t... K>(std::index_sequence<K...>) { (check_indices_in(arg<K>(n), where), ...); }(std::make_index_sequence<arity_v<N>>{});
   }

@@ -28,7 +28,10 @@
 // dropped); out_of_memory from discard_step (a copy that does not fit); device_mismatch (an
 // expression reading tensors of two chips); compilation_error (a compile after
 // no_recompile_after took effect: the step stays pending); config_error for a bad XTPU_* setting
-// (settings::check_environment, run by the first step or tensor).
+// (settings::check_environment, run by the first step or tensor); index_error from mark_step or
+// a sync point under XTPU_CHECK_INDICES, for an index a take or gather met out of range as the
+// step ran — after it ran to its end (every chip's step, under mark_step: the first chip's error
+// is thrown, unless a later chip's step throws another error, which is then thrown instead).
 // Entry points (defined in one file under XTPU_SEPARATE_RUNTIME, xtpu/config.hpp): step::run,
 // explain, discard, record_erased and run_all; thread_steps::make and find_or_add; end_step;
 // settings::detail::check_every_variable.
@@ -39,13 +42,18 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "xtpu/config.hpp"
@@ -373,12 +381,31 @@ class plan_cache {
 };
 
 /// XTPU_CHECK_INDICES (lazy/index_check.hpp reads it): whether a statement's int32 indices and
-/// labels are checked against their range when it is recorded.
+/// labels are checked against their range when it is recorded, and a step's take and gather
+/// indices when it runs (step::execute).
 inline constexpr settings::setting check_indices_setting{
     .name = "check_indices", .env = "XTPU_CHECK_INDICES", .lo = 0, .hi = 1, .setter = "xtpu::set_check_indices"};
 inline std::atomic<bool>& check_indices_cell() {
   static std::atomic<bool> cell{settings::switch_from_env(check_indices_setting).value_or(false)};
   return cell;
+}
+
+/// The one message of an index out of range (index_error), when recorded or when run:
+/// "xtpu: take<0> at f (a.cpp:3): index 9 at [1, 2] of the indices (2, 4) is outside [0, 8)
+/// (XTPU_CHECK_INDICES is on; " + what_then + ")". k at flat position `at` of `dims`;
+/// `allowed`: a value outside the range that is not an error (cross_entropy's ignore_index).
+inline std::string index_error_text(std::int64_t k, std::size_t at, std::span<const std::size_t> dims, std::int64_t n,
+                                    std::optional<std::int32_t> allowed, std::string_view op, std::string_view noun,
+                                    std::string_view nouns, const xtpu::source_location& where, std::string_view what_then) {
+  std::string place, shape;
+  for (std::size_t d = dims.size(), rest = at; d-- > 0; rest /= dims[d])
+    place = std::to_string(rest % dims[d]) + (place.empty() ? "" : ", ") + place;
+  for (std::size_t d = 0; d < dims.size(); ++d) shape += (d ? ", " : "") + std::to_string(dims[d]);
+  std::string msg = "xtpu: " + std::string(op) + " at " + debug::detail::frame_text(where) + ": " + std::string(noun) + " " +
+                    std::to_string(k) + " at [" + place + "] of the " + std::string(nouns) + " (" + shape + ") is outside [0, " +
+                    std::to_string(n) + ")";
+  if (allowed) msg += " and is not ignore_index (" + std::to_string(*allowed) + ")";
+  return msg + " (" + std::string(check_indices_setting.env) + " is on; " + std::string(what_then) + ")";
 }
 
 }  // namespace xtpu::detail
@@ -743,7 +770,10 @@ class step {
       arena_ = device_buffer();
       arena_ = device_buffer(*chip_, p.arena_bytes, "step arena (temporaries)");
     }
-    // 2. run, statement by statement (a multi-output loop: its statements block by block)
+    // 2. run, statement by statement (a multi-output loop: its statements block by block); a
+    // take or gather notes an index out of range in faults_ when the check is on
+    checking_ = check_indices_cell().load(std::memory_order_relaxed) ? &faults_ : nullptr;
+    if (checking_) faults_.clear();
     leaf_ptrs_.resize(p.leaf_slots);
     leaf_versions_.resize(p.leaf_slots);
     temp_ptrs_.resize(p.temps.size());
@@ -793,6 +823,9 @@ class step {
       out.previous.reset();  // computed: nothing to give back any more
       out.owner.store(nullptr, std::memory_order_release);
     }
+    if (checking_ && faults_.seen())  // (the statement's line: stmts_ is forgotten next)
+      fault_ = index_fault{stmts_[p.stmts[faults_.statement()].stmt].where, faults_.value(), faults_.position(), &faults_.site()};
+    checking_ = nullptr;
     forget();
   }
 
@@ -834,7 +867,8 @@ class step {
     }
     for (std::uint32_t k = 0; k + 1 < st.n_kernels; ++k) temp_ptrs_[sp.temp_begin + k] = where(p, p.temps[sp.temp_begin + k]);
     bounds_[i] = bound{leaf_ptrs_.data() + sp.leaf_slot, scalars_.data() + st.scalar_begin, temp_ptrs_.data() + sp.temp_begin,
-                       leaf_versions_.data() + sp.leaf_slot, p.round_bf16, sp.ready_temps};
+                       leaf_versions_.data() + sp.leaf_slot, p.round_bf16, sp.ready_temps, checking_,
+                       static_cast<std::uint32_t>(i)};
   }
   /// Live statement i's output takes its donor input's buffer (after bind: the loop still
   /// reads the input through the pointer bind took).
@@ -927,6 +961,17 @@ class step {
   std::vector<void*> req_ptrs_;
   device_buffer arena_;
   bool arena_grown_ = false;  // this run replaced the arena
+  // XTPU_CHECK_INDICES while a run is under way: the loops' record (checking_: &faults_), and
+  // the first index out of range they met, kept past forget() for run() to throw
+  index_faults faults_;
+  index_faults* checking_ = nullptr;
+  struct index_fault {
+    xtpu::source_location where;
+    std::int64_t value;
+    std::size_t position;
+    const index_site* site;
+  };
+  std::optional<index_fault> fault_;
 };
 
 /// This thread's steps, one per chip it has recorded on, in the order first used.
@@ -1165,6 +1210,12 @@ XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
     throw;
   }
   settle_thread();
+  if (fault_) {  // the step ran to its end; the index read 0
+    const index_fault f = *std::exchange(fault_, std::nullopt);
+    throw index_error(index_error_text(f.value, f.position, f.site->dims, f.site->n, std::nullopt,
+                                       f.site->text(), f.site->noun, f.site->nouns,
+                                       f.where, "found when the step ran, which it did to its end with 0 for that index"));
+  }
 }
 
 [[gnu::noinline]] XTPU_RUNTIME_INLINE std::shared_ptr<storage> step::record_erased(
@@ -1223,7 +1274,15 @@ XTPU_RUNTIME_INLINE step& thread_steps::find_or_add(chip& c) {
 
 XTPU_RUNTIME_INLINE void step::run_all(const debug::trigger& why) {
   settings::check_environment();
-  thread_steps::get().for_each([&](step& s) { s.run(why); });
+  std::exception_ptr fault;  // an index out of range (XTPU_CHECK_INDICES): the other chips' steps run too
+  thread_steps::get().for_each([&](step& s) {
+    try {
+      s.run(why);
+    } catch (const index_error&) {
+      if (!fault) fault = std::current_exception();
+    }
+  });
+  if (fault) std::rethrow_exception(fault);
 }
 #endif  // XTPU_RUNTIME_BODIES
 
@@ -1261,10 +1320,11 @@ step& step_for(const E& e) {
 
 namespace xtpu {
 
-/// Whether indices and labels are checked as statements are recorded (XTPU_CHECK_INDICES=1;
-/// off by default: lazy/index_check.hpp says what is checked).
+/// Whether indices and labels are checked as statements are recorded and steps run
+/// (XTPU_CHECK_INDICES=1; off by default: lazy/index_check.hpp says what is checked).
 inline bool check_indices() { return detail::check_indices_cell().load(std::memory_order_relaxed); }
-/// Turns the check on or off for the statements recorded after it (on this and every thread).
+/// Turns the check on or off for the statements recorded and the steps run after it (on this
+/// and every thread).
 inline void set_check_indices(bool on) { detail::check_indices_cell().store(on, std::memory_order_relaxed); }
 
 /// Runs everything pending in this thread as one step per device (compiled once per distinct
@@ -1275,7 +1335,12 @@ XTPU_RUNTIME_INLINE void end_step(const debug::trigger& why);
 #if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
 XTPU_RUNTIME_INLINE void end_step(const debug::trigger& why) {
   counters::get().mark_step.add();
-  step::run_all(why);
+  try {
+    step::run_all(why);
+  } catch (const index_error&) {  // found as the steps ran (XTPU_CHECK_INDICES), which they did to their end
+    debug::detail::note_step();
+    throw;
+  }
   debug::detail::note_step();
 }
 #endif

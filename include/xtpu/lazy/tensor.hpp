@@ -17,7 +17,8 @@
 // wrong run-time shape or length), sync_error, device_mismatch (an expression over tensors of
 // two chips), out_of_memory (on the chip allocated on), index_error (XTPU_CHECK_INDICES:
 // lazy/index_check.hpp; nothing recorded); from a read (a sync point) also what
-// its step throws — compilation_error after no_recompile_after (the step stays pending).
+// its step throws — compilation_error after no_recompile_after (the step stays pending), and
+// index_error for an index the step computed out of range (the step ran to its end).
 #pragma once
 
 #include <algorithm>
@@ -111,11 +112,19 @@ XTPU_RUNTIME_INLINE void sync(const storage& s, const xtpu::source_location& whe
   if (runs && trace::enabled())
     trace::detail::instant("sync", "sync point", trace_pid(*s.dev),
                            "\"called from\": " + trace::detail::json_string(debug::detail::frame_text(where)));
-  st.run(debug::trigger{debug::cause::sync_point, where});
-  if (runs) {  // counted once it ran: a read that threw (and is retried) counts once
-    counters::get().sync_runs.add();
-    debug::detail::note_sync(where);
+  const auto ran = [&] {  // counted once it ran: a read that threw before (and is retried) counts once
+    if (runs) {
+      counters::get().sync_runs.add();
+      debug::detail::note_sync(where);
+    }
+  };
+  try {
+    st.run(debug::trigger{debug::cause::sync_point, where});
+  } catch (const index_error&) {  // found as the step ran (XTPU_CHECK_INDICES), which it did to its end
+    ran();
+    throw;
   }
+  ran();
   if (const void* o = s.owner.load(std::memory_order_acquire); o != nullptr) throw_not_readable(o);
 }
 #endif

@@ -5,7 +5,8 @@
 // std 1), seeded. module(ids) =
 // take<0>(weight, ids), recorded as a tensor: row ids[...] of the weight; an id outside
 // [0, Num) gives a row of zeros (PyTorch raises; XTPU_CHECK_INDICES=1 checks ids that are
-// ready, as a loader's batch is: index_error, lazy/index_check.hpp). The weight's
+// ready, as a loader's batch is, when recorded, and the others as the step runs: index_error,
+// lazy/index_check.hpp). The weight's
 // gradient is the scatter-add of the rows' gradients (repeated ids summed, the same bits at
 // every thread count).
 // padding_idx (torch's; unset by default, negative counts from the end): init makes that row
