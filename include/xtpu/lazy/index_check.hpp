@@ -15,7 +15,8 @@
 //   * when the step runs, every take and gather notes an index out of range as its loop reads
 //     it (eval/indexing.hpp: indices the step computes, `ids - 1`, a slice of a batch), and
 //     the step, run to its end with 0 for that index, throws the first of them (by statement,
-//     then position: the same one at any thread count) from mark_step or the sync point.
+//     then position, then site: the same one at any thread count) from mark_step or the sync
+//     point.
 // nn::cross_entropy checks its labels at record time by the same rule (allowing ignore_index;
 // labels the step computes are not checked), and nn::embedding with max_norm its ids before
 // it rescales rows.

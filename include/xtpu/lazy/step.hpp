@@ -823,8 +823,7 @@ class step {
       out.previous.reset();  // computed: nothing to give back any more
       out.owner.store(nullptr, std::memory_order_release);
     }
-    if (checking_ && faults_.seen())  // (the statement's line: stmts_ is forgotten next)
-      fault_ = index_fault{stmts_[p.stmts[faults_.statement()].stmt].where, faults_.value(), faults_.position(), &faults_.site()};
+    if (checking_ && faults_.seen()) fault_at_ = stmts_[p.stmts[faults_.statement()].stmt].where;
     checking_ = nullptr;
     forget();
   }
@@ -962,16 +961,11 @@ class step {
   device_buffer arena_;
   bool arena_grown_ = false;  // this run replaced the arena
   // XTPU_CHECK_INDICES while a run is under way: the loops' record (checking_: &faults_), and
-  // the first index out of range they met, kept past forget() for run() to throw
+  // the line of the statement whose index out of range it kept, for run() to throw (stmts_ is
+  // forgotten at the end of execute)
   index_faults faults_;
   index_faults* checking_ = nullptr;
-  struct index_fault {
-    xtpu::source_location where;
-    std::int64_t value;
-    std::size_t position;
-    const index_site* site;
-  };
-  std::optional<index_fault> fault_;
+  std::optional<xtpu::source_location> fault_at_;
 };
 
 /// This thread's steps, one per chip it has recorded on, in the order first used.
@@ -1210,11 +1204,12 @@ XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
     throw;
   }
   settle_thread();
-  if (fault_) {  // the step ran to its end; the index read 0
-    const index_fault f = *std::exchange(fault_, std::nullopt);
-    throw index_error(index_error_text(f.value, f.position, f.site->dims, f.site->n, std::nullopt,
-                                       f.site->text(), f.site->noun, f.site->nouns,
-                                       f.where, "found when the step ran, which it did to its end with 0 for that index"));
+  if (fault_at_) {  // the step ran to its end; the index read 0
+    const xtpu::source_location where = *std::exchange(fault_at_, std::nullopt);
+    const index_site& site = faults_.site();
+    throw index_error(index_error_text(faults_.value(), faults_.position(), site.dims, site.n, std::nullopt, site.text(),
+                                       site.noun, site.nouns, where,
+                                       "found when the step ran, which it did to its end with 0 for that index"));
   }
 }
 
