@@ -3,9 +3,12 @@
 // Provides: xtpu::error (base, derives from std::runtime_error) and the typed errors that
 // DESIGN.md §7 names. Compile-time errors are static_asserts (E1xx..E5xx, docs/errors.md);
 // these are for what the type system cannot see: host data whose shape is only known at run
-// time, memory, threads. Every message names the offending values.
+// time, memory, threads. Every message names the offending values; a shape in one is written
+// by detail::shape_text: "(2, 4)", "()" for a scalar.
 #pragma once
 
+#include <cstddef>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -60,5 +63,14 @@ class device_not_available : public error {
 class device_mismatch : public error {
   using error::error;
 };
+
+namespace detail {
+/// A shape as every run-time message writes it: "(2, 4)", "(10)", "()".
+inline std::string shape_text(std::span<const std::size_t> dims) {
+  std::string t = "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) t += (i ? ", " : "") + std::to_string(dims[i]);
+  return t + ")";
+}
+}  // namespace detail
 
 }  // namespace xtpu

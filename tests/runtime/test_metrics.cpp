@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <regex>
+#include <thread>
 
 TEST(Metrics, ReportHasTorchXlaLayout) {
   xtpu::metrics::reset();
@@ -39,4 +41,26 @@ TEST(Metrics, TimeFormat) {
   EXPECT_EQ(format_time(1'500.0), "000ms001.500us");
   EXPECT_EQ(format_time(4'345'092.0), "004ms345.092us");
   EXPECT_EQ(format_time(62'003'004'005.0), "01m02s003ms004.005us");
+}
+
+// The timed metrics' clock (the time-stamp counter where it is invariant, once its rate is
+// measured) reads what steady_clock reads, before and after it switches.
+TEST(Metrics, SampleClockAgreesWithSteadyClock) {
+  using xtpu::metrics::detail::sample_clock;
+  using std::chrono::steady_clock;
+  for (int round = 0; round < 3; ++round) {  // the first rounds cross the 20 ms the rate takes
+    const auto s0 = steady_clock::now();
+    const sample_clock::reading r = sample_clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    const double ns = sample_clock::ns_since(r);
+    const double steady = std::chrono::duration<double, std::nano>(steady_clock::now() - s0).count();
+    EXPECT_GT(ns, 15e6);
+    EXPECT_NEAR(ns, steady, 0.01 * steady + 20e3) << "round " << round << ", ticks " << r.ticks;
+  }
+#if defined(__x86_64__)
+  // a CPU without an invariant counter stays on steady_clock; this machine's says which
+  if (sample_clock::ns_per_tick() > 0) {
+    EXPECT_TRUE(sample_clock::now().ticks);
+  }
+#endif
 }

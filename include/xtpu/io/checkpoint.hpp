@@ -109,8 +109,8 @@ void check_entry(const safetensors_file& f, const std::string& name, std::vector
   if (s == nullptr) {
     diffs.push_back("missing " + name);
   } else if (s->dtype != safetensors_dtype_v<T> || s->shape != shape) {
-    diffs.push_back(name + " is " + s->dtype + " " + io::detail::shape_text(s->shape) + " in the file but " +
-                    safetensors_dtype_v<T> + " " + io::detail::shape_text(shape) + " in the model");
+    diffs.push_back(name + " is " + s->dtype + " " + xtpu::detail::shape_text(s->shape) + " in the file but " +
+                    safetensors_dtype_v<T> + " " + xtpu::detail::shape_text(shape) + " in the model");
   }
 }
 

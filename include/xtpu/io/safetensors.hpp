@@ -66,12 +66,6 @@ inline std::size_t dtype_bytes(std::string_view d) noexcept {
   return 0;
 }
 
-inline std::string shape_text(const std::vector<std::size_t>& s) {
-  std::string t = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + ")";
-}
-
 [[noreturn]] inline void fail(const std::string& path, const std::string& what) {
   throw checkpoint_error("xtpu: checkpoint '" + path + "': " + what);
 }
@@ -108,7 +102,7 @@ inline void write_safetensors(const std::string& path, const std::vector<stored_
     std::size_t count = 1;
     for (auto d : t.shape) count *= d;
     if (detail::dtype_bytes(t.dtype) == 0 || t.bytes.size() != count * detail::dtype_bytes(t.dtype)) {
-      detail::fail(path, "'" + t.name + "' is " + t.dtype + " " + detail::shape_text(t.shape) + " but " +
+      detail::fail(path, "'" + t.name + "' is " + t.dtype + " " + xtpu::detail::shape_text(t.shape) + " but " +
                              std::to_string(t.bytes.size()) + " bytes are given");
     }
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
@@ -214,7 +208,7 @@ class safetensors_file {
       std::size_t count = elem;  // the byte length, checked before each product could overflow
       for (auto d : t.shape) {
         if (d != 0 && count > data_size / d) {
-          detail::fail(path, "'" + name + "' is " + t.dtype + " " + detail::shape_text(t.shape) + ": more bytes than the " +
+          detail::fail(path, "'" + name + "' is " + t.dtype + " " + xtpu::detail::shape_text(t.shape) + ": more bytes than the " +
                                  std::to_string(data_size) + " of data");
         }
         count *= d;
@@ -225,7 +219,7 @@ class safetensors_file {
                                "] outside the " + std::to_string(data_size) + " bytes of data (truncated?)");
       }
       if (end - begin != count * elem) {
-        detail::fail(path, "'" + name + "' is " + t.dtype + " " + detail::shape_text(t.shape) + ", " +
+        detail::fail(path, "'" + name + "' is " + t.dtype + " " + xtpu::detail::shape_text(t.shape) + ", " +
                                std::to_string(count * elem) + " bytes, but its data_offsets span " +
                                std::to_string(end - begin));
       }

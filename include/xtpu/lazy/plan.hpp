@@ -144,12 +144,11 @@ struct plan {
   }
 };
 
+/// One sample of `cell`: the nanoseconds from construction to destruction.
 struct time_sample {
   metrics::detail::metric_cell& cell;
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  ~time_sample() {
-    cell.add_sample(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
-  }
+  metrics::detail::sample_clock::reading t0 = metrics::detail::sample_clock::now();
+  ~time_sample() { cell.add_sample(metrics::detail::sample_clock::ns_since(t0)); }
 };
 
 struct counters {

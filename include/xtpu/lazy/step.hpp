@@ -397,12 +397,11 @@ inline std::atomic<bool>& check_indices_cell() {
 inline std::string index_error_text(std::int64_t k, std::size_t at, std::span<const std::size_t> dims, std::int64_t n,
                                     std::optional<std::int32_t> allowed, std::string_view op, std::string_view noun,
                                     std::string_view nouns, const xtpu::source_location& where, std::string_view what_then) {
-  std::string place, shape;
+  std::string place;
   for (std::size_t d = dims.size(), rest = at; d-- > 0; rest /= dims[d])
     place = std::to_string(rest % dims[d]) + (place.empty() ? "" : ", ") + place;
-  for (std::size_t d = 0; d < dims.size(); ++d) shape += (d ? ", " : "") + std::to_string(dims[d]);
   std::string msg = "xtpu: " + std::string(op) + " at " + debug::detail::frame_text(where) + ": " + std::string(noun) + " " +
-                    std::to_string(k) + " at [" + place + "] of the " + std::string(nouns) + " (" + shape + ") is outside [0, " +
+                    std::to_string(k) + " at [" + place + "] of the " + std::string(nouns) + " " + shape_text(dims) + " is outside [0, " +
                     std::to_string(n) + ")";
   if (allowed) msg += " and is not ignore_index (" + std::to_string(*allowed) + ")";
   return msg + " (" + std::string(check_indices_setting.env) + " is on; " + std::string(what_then) + ")";

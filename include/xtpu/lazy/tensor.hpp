@@ -136,12 +136,6 @@ constexpr bool check_host_dtype() {
   return std::is_same_v<Host, T>;
 }
 
-template <class Shape>
-std::string shape_string() {
-  std::string s = "(";
-  for (std::size_t i = 0; i < Shape::rank; ++i) s += (i ? ", " : "") + std::to_string(Shape::dims[i]);
-  return s + ")";
-}
 }  // namespace detail
 
 template <class T, std::size_t... Dims>
@@ -446,11 +440,8 @@ struct host_transfer {
 template <class Shape, class HostShape>
 void check_host_shape(const HostShape& got) {
   if (got.size() == Shape::rank && std::equal(got.begin(), got.end(), Shape::dims.begin())) return;
-  std::ostringstream os;
-  os << "xtpu: from_host: expected shape " << shape_string<Shape>() << ", got (";
-  for (std::size_t i = 0; i < got.size(); ++i) os << (i ? ", " : "") << got[i];
-  os << ")";
-  throw shape_error(os.str());
+  const std::vector<std::size_t> dims(got.begin(), got.end());
+  throw shape_error("xtpu: from_host: expected shape " + shape_text(Shape::dims) + ", got " + shape_text(dims));
 }
 
 /// Host memory of n elements for a tensor of Shape: shape_error naming both otherwise.
@@ -458,7 +449,7 @@ template <class Shape>
 void check_host_size(std::size_t n) {
   if (n == Shape::size) return;
   throw shape_error("xtpu: from_host: expected " + std::to_string(Shape::size) + " elements for shape " +
-                    shape_string<Shape>() + ", got " + std::to_string(n));
+                    shape_text(Shape::dims) + ", got " + std::to_string(n));
 }
 
 /// Runs f on the row-major elements of a host expression: in place where they are contiguous

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +25,14 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#define XTPU_SAMPLE_TSC 1
+#else
+#define XTPU_SAMPLE_TSC 0
+#endif
 
 namespace xtpu::metrics {
 
@@ -38,6 +47,73 @@ struct metric_data {
 };
 
 namespace detail {
+
+/// The clock of the timed metrics (ExecuteTime, CompileTime, TransferFromDeviceTime, ...):
+/// steady_clock's nanoseconds, read at a third of its cost where the CPU has an invariant
+/// time-stamp counter (CPUID 8000_0007h EDX bit 8: one rate in every power state) — the
+/// counter's ticks times a rate measured against steady_clock over the first 20 ms or more
+/// between two readings. Until that rate is known, and on other CPUs, steady_clock itself. A
+/// reading says which clock it came from, so a sample never mixes the two.
+class sample_clock {
+ public:
+  struct reading {
+    std::int64_t value;  // steady_clock nanoseconds, or time-stamp ticks
+    bool ticks;
+  };
+  static reading now() noexcept {
+#if XTPU_SAMPLE_TSC
+    if (rate().ns_per_tick.load(std::memory_order_relaxed) > 0) return {static_cast<std::int64_t>(__rdtsc()), true};
+#endif
+    return {steady_ns(), false};
+  }
+  /// Nanoseconds from `r` to now.
+  static double ns_since(reading r) noexcept {
+#if XTPU_SAMPLE_TSC
+    if (r.ticks)
+      return static_cast<double>(static_cast<std::int64_t>(__rdtsc()) - r.value) *
+             rate().ns_per_tick.load(std::memory_order_relaxed);
+#endif
+    const std::int64_t t = steady_ns();
+#if XTPU_SAMPLE_TSC
+    calibrate(t);
+#endif
+    return static_cast<double>(t - r.value);
+  }
+  /// The time-stamp counter's nanoseconds per tick, 0 until measured (or without one).
+  static double ns_per_tick() noexcept { return rate().ns_per_tick.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr std::int64_t calibration_ns = 20'000'000;
+  static std::int64_t steady_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  struct state {
+    bool invariant = false;
+    std::int64_t steady0 = 0, tick0 = 0;
+    std::atomic<double> ns_per_tick{0};
+    state() noexcept {
+#if XTPU_SAMPLE_TSC
+      unsigned a = 0, b = 0, c = 0, d = 0;
+      invariant = __get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000007u &&
+                  __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
+      steady0 = steady_ns();
+      tick0 = static_cast<std::int64_t>(__rdtsc());
+#endif
+    }
+  };
+  static state& rate() noexcept {
+    static state s;
+    return s;
+  }
+#if XTPU_SAMPLE_TSC
+  static void calibrate(std::int64_t steady) noexcept {
+    state& s = rate();
+    if (!s.invariant || s.ns_per_tick.load(std::memory_order_relaxed) > 0 || steady - s.steady0 < calibration_ns) return;
+    const auto ticks = static_cast<std::int64_t>(__rdtsc()) - s.tick0;
+    if (ticks > 0) s.ns_per_tick.store(static_cast<double>(steady - s.steady0) / static_cast<double>(ticks), std::memory_order_relaxed);
+  }
+#endif
+};
 
 struct counter_cell {
   std::atomic<std::int64_t> value{0};

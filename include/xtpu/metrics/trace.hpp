@@ -182,7 +182,7 @@ XTPU_RUNTIME_INLINE recorder& recorder::get() {
 /// "\"m\": 128, \"k\": 784", are added with add_args — build them only when active().
 class span {
  public:
-  span(const char* cat, std::string_view name, int pid) {
+  span(const char* cat, const char* name, int pid) {  // name read only when tracing (no strlen per kernel)
     if (!recorder::get().on()) return;
     active_ = true;
     cat_ = cat, name_ = name, pid_ = pid;
