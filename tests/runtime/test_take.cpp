@@ -619,6 +619,21 @@ TEST(IndexCheck, EmbeddingAndCrossEntropyNameTheCallersLine) {
   EXPECT_TRUE(has(e, "label 12 at [1, 1] of the labels (2, 2) is outside [0, 10)")) << e;
   const tensor<float> loss = xtpu::nn::cross_entropy(z, ids<4>({0, 9, -100, 3}));  // ignore_index passes
   EXPECT_TRUE(std::isfinite(loss.item()));
+
+  // labels the step computes (pending when cross_entropy is called): checked as the step runs,
+  // ignore_index still passing; the loss is NaN, as with the check off
+  const tensor<std::int32_t, 4> shifted = ids<4>({1, 10, -99, 4}) - 1;  // 0, 9, -100, 3
+  const tensor<float> fine = xtpu::nn::cross_entropy(z, shifted);
+  EXPECT_EQ(run_error_of([] { xtpu::mark_step(); }), "");
+  EXPECT_EQ(fine.item(), loss.item());
+  const tensor<std::int32_t, 4> off = ids<4>({1, 11, -99, 4}) - 1;  // 0, 10, -100, 3
+  line = __LINE__ + 1;
+  const tensor<float> bad = xtpu::nn::cross_entropy(z, off);
+  e = run_error_of([] { xtpu::mark_step(); });
+  EXPECT_TRUE(has(e, "xtpu: cross_entropy at ")) << e;
+  EXPECT_TRUE(has(e, "test_take.cpp:" + std::to_string(line) + "): label 10 at [1] of the labels (4) is outside [0, 10) "
+                     "(XTPU_CHECK_INDICES is on; found when the step ran")) << e;
+  EXPECT_TRUE(std::isnan(bad.item()));
 }
 
 }  // namespace

@@ -44,8 +44,9 @@ struct index_site {
   std::span<const std::size_t> dims;
   std::int64_t n;
   std::string_view noun = "index", nouns = "indices";
+  bool with_axis = true;  // false: the op alone ("cross_entropy")
   /// "take<1>"
-  std::string text() const { return std::string(op) + "<" + std::to_string(axis) + ">"; }
+  std::string text() const { return with_axis ? std::string(op) + "<" + std::to_string(axis) + ">" : std::string(op); }
 };
 
 /// The first index outside its range that a step's loops met: first by statement, then by

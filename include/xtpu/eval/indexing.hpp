@@ -47,15 +47,16 @@ compute_t<T> index_outside(const bound& b, std::size_t at, std::size_t order, st
   return compute_t<T>{};
 }
 
-template <std::size_t Axis, class X, class I>
-struct evaluator<take_node<Axis, X, I>> {
-  using node = take_node<Axis, X, I>;
+template <std::size_t Axis, class X, class I, class Names>
+struct evaluator<take_node<Axis, X, I, Names>> {
+  using node = take_node<Axis, X, I, Names>;
   using value_type = typename node::value_type;
   using in = indexed_axis<typename X::shape_type, Axis>;
   /// The result as (outer, indices, inner): its index j runs over the indices.
   using out = axis_split<extents<in::outer, I::shape_type::size, in::inner>, 1>;
 
-  static constexpr index_site site{"take", Axis, I::shape_type::dims, static_cast<std::int64_t>(in::n)};
+  static constexpr index_site site{Names::op, Axis, I::shape_type::dims, static_cast<std::int64_t>(in::n), Names::noun, Names::nouns,
+                                   Names::with_axis};
 
   template <slots S>
   static compute_t<value_type> load(const bound& b, std::size_t i) noexcept {

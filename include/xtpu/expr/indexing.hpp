@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -29,9 +30,20 @@
 
 namespace xtpu {
 
+namespace detail {
+/// What an index error calls a take: "take<1>: index ... of the indices". cross_entropy's
+/// label probe (nn/loss.hpp) is a take named for its labels; `id` keeps the two apart in the
+/// fingerprint (a plan runs the evaluator, and so names the op, it was compiled with).
+struct take_names {
+  static constexpr std::string_view op = "take", noun = "index", nouns = "indices";
+  static constexpr bool with_axis = true;
+  static constexpr std::uint64_t id = 0;
+};
+}  // namespace detail
+
 /// x's elements along axis Axis (normalised) at indices I: X (a..., n, b...), I (i...) -> (a..., i..., b...).
-template <std::size_t Axis, class X, class I>
-struct take_node : detail::node_base<take_node<Axis, X, I>> {
+template <std::size_t Axis, class X, class I, class Names = detail::take_names>
+struct take_node : detail::node_base<take_node<Axis, X, I, Names>> {
   using value_type = typename X::value_type;
   using shape_type = detail::take_t<typename X::shape_type, Axis, typename I::shape_type>;
   static constexpr bool weak = false, materialized = false;
@@ -39,7 +51,7 @@ struct take_node : detail::node_base<take_node<Axis, X, I>> {
   static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps;
   static constexpr op_tag tag = op_tag::take;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint, Names::id});
   using children = std::tuple<X, I>;
   detail::pack_for_t<children> args;
 };
@@ -92,7 +104,8 @@ struct scatter_along_node : detail::node_base<scatter_along_node<Axis, Shape, G,
 };
 
 /// x (a..., n, b...) at int32 indices (i...) along Axis -> (a..., i..., b...); 0 outside [0, n).
-template <int Axis, expression X, expression I>
+/// Names: what an index error calls it (detail::take_names).
+template <int Axis, class Names = detail::take_names, expression X, expression I>
 constexpr auto take(X&& x, I&& indices) {
   using XN = detail::node_t<X>;
   using IN = detail::node_t<I>;
@@ -103,7 +116,7 @@ constexpr auto take(X&& x, I&& indices) {
     check::index<typename IN::value_type>();
     check::take<S, ax, typename IN::shape_type>();
   }
-  return take_node<ax, XN, IN>{{}, {detail::as_node(std::forward<X>(x)), detail::as_node(std::forward<I>(indices))}};
+  return take_node<ax, XN, IN, Names>{{}, {detail::as_node(std::forward<X>(x)), detail::as_node(std::forward<I>(indices))}};
 }
 
 /// x (a..., n, b...) at int32 indices (a..., k, b...) along Axis, position by position ->

@@ -409,10 +409,10 @@ struct vjp_rule<concat_node<Axis, C...>> {
   }
 };
 
-template <std::size_t Axis, class X, class I>
-struct vjp_rule<take_node<Axis, X, I>> {  // the indices (int32) get none
+template <std::size_t Axis, class X, class I, class Names>
+struct vjp_rule<take_node<Axis, X, I, Names>> {  // the indices (int32) get none
   template <std::size_t Offset, class G, class Sink>
-  static void apply(const take_node<Axis, X, I>& n, const G& g, Sink& sink) {
+  static void apply(const take_node<Axis, X, I, Names>& n, const G& g, Sink& sink) {
     push<Offset, 0>(n, scatter_add<Axis, typename X::shape_type>(g, arg<1>(n)), sink);
   }
 };

@@ -176,9 +176,9 @@ struct owned<pad_node<Axis, B, A, C>> {
     return type{{}, {std::move(child)}, c.scalar()};
   }
 };
-template <std::size_t Axis, class X, class I>
-struct owned<take_node<Axis, X, I>> {
-  using type = take_node<Axis, owned_t<X>, owned_t<I>>;
+template <std::size_t Axis, class X, class I, class Names>
+struct owned<take_node<Axis, X, I, Names>> {
+  using type = take_node<Axis, owned_t<X>, owned_t<I>, Names>;
   static type make(capture_cursor& c) { return type{{}, {owned<X>::make(c), owned<I>::make(c)}}; }  // in order
 };
 template <std::size_t Axis, class Shape, class G, class I>

@@ -85,8 +85,8 @@ template <class N>
 struct index_op {
   static constexpr bool is = false;
 };
-template <std::size_t Axis, class X, class I>
-struct index_op<take_node<Axis, X, I>> {
+template <std::size_t Axis, class X, class I, class Names>
+struct index_op<take_node<Axis, X, I, Names>> {
   static constexpr bool is = true;
 };
 template <std::size_t Axis, class X, class I>

@@ -13,8 +13,10 @@
 //       options are run-time scalars (changing them never recompiles). All labels ignored
 //       gives NaN, as PyTorch; a label outside 0..C−1 other than ignore_index makes the loss
 //       NaN (PyTorch raises) — its row adds no gradient; XTPU_CHECK_INDICES=1 checks labels
-//       that are ready (a loader's batch) when cross_entropy is called: index_error, nothing
-//       recorded (lazy/index_check.hpp).
+//       that are ready (a loader's batch) when cross_entropy is called (index_error, nothing
+//       recorded: lazy/index_check.hpp), and the others as the step runs: the labels that
+//       count are read through a take of zeros (detail::label_names), which notes one out of
+//       range as take does; mark_step throws it after the step ran.
 //   kd_soft_ce(student, teacher, T)   seed 001's distillation loss: −Σ softmax(teacher/T) ·
 //       log_softmax(student/T) over the class axis, mean over the rest, times T², in the seed's
 //       operations: the logits divided by T (a multiply by 1/T rounds otherwise unless T is a
@@ -31,8 +33,10 @@
 
 #include <cstdint>
 #include <limits>
+#include <string_view>
 
 #include "xtpu/expr/composite.hpp"
+#include "xtpu/expr/indexing.hpp"
 #include "xtpu/lazy/tensor.hpp"
 
 namespace xtpu::detail {
@@ -49,6 +53,13 @@ constexpr bool same_shapes_checked() {
 }
 template <class A, class B>
 inline constexpr bool same_shapes_checked_v = same_shapes_checked<A, B>();
+
+/// cross_entropy's label probe, a take named for the labels in an index error.
+struct label_names {
+  static constexpr std::string_view op = "cross_entropy", noun = "label", nouns = "labels";
+  static constexpr bool with_axis = false;
+  static constexpr std::uint64_t id = 1;
+};
 }  // namespace xtpu::detail
 
 namespace xtpu::nn {
@@ -90,7 +101,10 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
                          cast<float>(finite) * (o.label_smoothing / static_cast<float>(classes))),
               0.0f));
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    const auto bad = tensor_access::untaped(sum(where(keep, where(in_range, 0.0f, nan), 0.0f)));  // NaN or 0
+    // a take of zeros at the labels that count (ignored rows read label 0): it adds nothing, and
+    // under XTPU_CHECK_INDICES notes a label out of range that the step computed as it runs
+    const auto probe = take<0, detail::label_names>(detail::full_node<float, extents<classes>>(0.0), where(keep, y, std::int32_t{0}));
+    const auto bad = tensor_access::untaped(sum(where(keep, where(in_range, 0.0f, nan) + probe, 0.0f)));  // NaN or 0
     const auto count = tensor_access::untaped(sum(cast<float>(keep)));
     return sum(where(coef != 0.0f, coef * logp, 0.0f)) / count + bad;
   }
