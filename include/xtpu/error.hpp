@@ -36,8 +36,9 @@ class sync_error : public error {
   using error::error;
 };
 /// An int32 index or label outside its range, found by XTPU_CHECK_INDICES (lazy/index_check.hpp)
-/// before the statement reading it was recorded, or by a take or gather as the step ran (thrown
-/// by mark_step or the sync point after the step ran to its end).
+/// before the statement reading it was recorded, or by a take or gather (cross_entropy's labels
+/// are read by one) as the step ran (thrown by mark_step or the sync point after the step ran
+/// to its end).
 class index_error : public error {
   using error::error;
 };

@@ -632,8 +632,18 @@ TEST(IndexCheck, EmbeddingAndCrossEntropyNameTheCallersLine) {
   e = run_error_of([] { xtpu::mark_step(); });
   EXPECT_TRUE(has(e, "xtpu: cross_entropy at ")) << e;
   EXPECT_TRUE(has(e, "test_take.cpp:" + std::to_string(line) + "): label 10 at [1] of the labels (4) is outside [0, 10) "
-                     "(XTPU_CHECK_INDICES is on; found when the step ran")) << e;
+                     "(XTPU_CHECK_INDICES is on; found when the step ran, which it did to its end with a NaN loss)")) << e;
   EXPECT_TRUE(std::isnan(bad.item()));
+
+  // only the gradient kept (the loss dropped before the step runs, as in gradient accumulation)
+  xtpu::nn::parameter<float, 4, 10> logits = device<float, 4, 10>(values(40, 7));
+  line = __LINE__ + 1;
+  xtpu::backward(xtpu::nn::cross_entropy(logits, tensor<std::int32_t, 4>(ids<4>({1, 11, -99, 4}) - 1)));
+  e = run_error_of([] { xtpu::mark_step(); });
+  EXPECT_TRUE(has(e, "test_take.cpp:" + std::to_string(line) + "): label 10 at [1] of the labels (4)")) << e;
+  const auto g = host(logits.grad());
+  for (std::size_t c = 0; c < 10; ++c) EXPECT_EQ(g[1 * 10 + c], 0.0) << c;  // the bad row adds no gradient
+  EXPECT_LT(g[0], 0.0);                                                     // row 0's label is 0
 }
 
 }  // namespace

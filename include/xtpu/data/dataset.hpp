@@ -68,10 +68,10 @@ class dataset<tensor<XT, XD...>, tensor<YT, YD...>> {
     bool ok = s.size() == sizeof...(D) + 1 && s[0] >= 1;
     for (std::size_t i = 1; ok && i < s.size(); ++i) ok = s[i] == want[i];
     if (ok) return;
-    std::string got = "(", expected = "(N";
-    for (std::size_t i = 0; i < s.size(); ++i) got += (i ? ", " : "") + std::to_string(s[i]);
+    const std::vector<std::size_t> dims(s.begin(), s.end());
+    std::string expected = "(N";
     for (std::size_t i = 1; i <= sizeof...(D); ++i) expected += ", " + std::to_string(want[i]);
-    throw shape_error(std::string("xtpu: dataset: the ") + what + " array has shape " + got + "), expected " +
+    throw shape_error(std::string("xtpu: dataset: the ") + what + " array has shape " + xtpu::detail::shape_text(dims) + ", expected " +
                       expected + ") with N >= 1");
   }
 

@@ -168,7 +168,7 @@ class prefetcher {
   }
   Item next(std::size_t i) {
     static auto& waited = metrics::detail::registry::instance().metric("LoaderWaitTime");
-    const auto t0 = std::chrono::steady_clock::now();
+    std::optional<metrics::detail::time_sample> timed(std::in_place, waited);  // ends when the batch is here
     trace::detail::span traced("loader", depth_ == 0 ? "loader: make batch" : "loader: wait for batch", 0);
     slot s;
     if (depth_ == 0) {
@@ -185,7 +185,7 @@ class prefetcher {
       lock.unlock();
       cv_.notify_all();
     }
-    waited.add_sample(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+    timed.reset();
     if (s.err) {
       stop();
       std::rethrow_exception(s.err);

@@ -35,9 +35,8 @@ dataset<tensor<float, Pixels>, tensor<std::int32_t>> image_classification(const 
   const auto& s = images.shape();
   const std::size_t per_image = images.size() / s[0];
   if (s.size() < 2 || per_image != Pixels) {
-    std::string got;
-    for (std::size_t i = 0; i < s.size(); ++i) got += (i ? ", " : "") + std::to_string(s[i]);
-    throw data_error("xtpu: '" + images_file + "' holds images of shape (" + got + "): expected " +
+    const std::vector<std::size_t> dims(s.begin(), s.end());
+    throw data_error("xtpu: '" + images_file + "' holds images of shape " + xtpu::detail::shape_text(dims) + ": expected " +
                      std::to_string(Pixels) + " pixels per image");
   }
   if (labels.dimension() != 1 || labels.size() != s[0]) {

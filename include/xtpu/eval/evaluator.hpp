@@ -43,8 +43,9 @@ struct index_site {
   std::size_t axis;
   std::span<const std::size_t> dims;
   std::int64_t n;
-  std::string_view noun = "index", nouns = "indices";
-  bool with_axis = true;  // false: the op alone ("cross_entropy")
+  std::string_view noun, nouns;
+  std::string_view outcome;  // how the step ran on: "with 0 for that index"
+  bool with_axis;            // false: the op alone ("cross_entropy")
   /// "take<1>"
   std::string text() const { return with_axis ? std::string(op) + "<" + std::to_string(axis) + ">" : std::string(op); }
 };

@@ -55,8 +55,8 @@ struct evaluator<take_node<Axis, X, I, Names>> {
   /// The result as (outer, indices, inner): its index j runs over the indices.
   using out = axis_split<extents<in::outer, I::shape_type::size, in::inner>, 1>;
 
-  static constexpr index_site site{Names::op, Axis, I::shape_type::dims, static_cast<std::int64_t>(in::n), Names::noun, Names::nouns,
-                                   Names::with_axis};
+  static constexpr index_site site{Names::op,    Axis,          I::shape_type::dims, static_cast<std::int64_t>(in::n),
+                                   Names::noun,  Names::nouns,  Names::outcome,      Names::with_axis};
 
   template <slots S>
   static compute_t<value_type> load(const bound& b, std::size_t i) noexcept {
@@ -73,7 +73,8 @@ struct evaluator<gather_node<Axis, X, I>> {
   using value_type = typename node::value_type;
   using in = indexed_axis<typename X::shape_type, Axis>;
 
-  static constexpr index_site site{"gather", Axis, I::shape_type::dims, static_cast<std::int64_t>(in::n)};
+  static constexpr index_site site{"gather",          Axis,           I::shape_type::dims, static_cast<std::int64_t>(in::n),
+                                   take_names::noun, take_names::nouns, take_names::outcome, true};
 
   template <slots S>
   static compute_t<value_type> load(const bound& b, std::size_t i) noexcept {

@@ -9,6 +9,8 @@
 // the consumer's loop. detail::scatter_add<Axis, XShape>(g, indices) — the reverse: zeros of
 // XShape with g's slices added at the indices (repeated indices summed, in index order, the
 // same bits at every thread count); a materialized node, used by take's gradient rule.
+// detail::take_named<Axis, Names>(x, indices) — take, named Names in an index error
+// (detail::take_names; cross_entropy's label probe, nn/loss.hpp, is named for its labels).
 // gather<Axis>(x, indices) — x (a..., n, b...), indices (a..., k, b...) int32 -> (a..., k, b...):
 // out[a..., j, b...] = x[a..., indices[a..., j, b...], b...] (torch.gather); 0 outside [0, n).
 // detail::scatter_along<Axis, XShape>(g, indices) — its reverse (torch.scatter_add into zeros):
@@ -31,14 +33,22 @@
 namespace xtpu {
 
 namespace detail {
-/// What an index error calls a take: "take<1>: index ... of the indices". cross_entropy's
-/// label probe (nn/loss.hpp) is a take named for its labels; `id` keeps the two apart in the
-/// fingerprint (a plan runs the evaluator, and so names the op, it was compiled with).
+/// What an index error calls a take: "take<1>: index ... of the indices ... (..., which it did
+/// to its end with 0 for that index)". cross_entropy's label probe (nn/loss.hpp) is a take
+/// named for its labels.
 struct take_names {
-  static constexpr std::string_view op = "take", noun = "index", nouns = "indices";
+  static constexpr std::string_view op = "take", noun = "index", nouns = "indices", outcome = "with 0 for that index";
   static constexpr bool with_axis = true;
-  static constexpr std::uint64_t id = 0;
 };
+/// Names in a take's fingerprint (FNV-1a over its words): takes named apart never share a
+/// plan, which names the op its evaluator was compiled with.
+template <class Names>
+inline constexpr std::uint64_t names_id_v = [] {
+  std::uint64_t h = 0xCBF29CE484222325ull;
+  for (std::string_view w : {Names::op, Names::noun, Names::nouns, Names::outcome, Names::with_axis ? std::string_view("<>") : std::string_view()})
+    for (const char c : w) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
+  return h;
+}();
 }  // namespace detail
 
 /// x's elements along axis Axis (normalised) at indices I: X (a..., n, b...), I (i...) -> (a..., i..., b...).
@@ -51,7 +61,7 @@ struct take_node : detail::node_base<take_node<Axis, X, I, Names>> {
   static constexpr std::size_t n_leaves = counts::leaves, n_scalars = counts::scalars, n_temps = counts::temps;
   static constexpr op_tag tag = op_tag::take;  // the root op (debug descriptions)
   static constexpr std::uint64_t fingerprint =
-      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint, Names::id});
+      detail::extend(detail::head_hash<tag, value_type, shape_type>(), {Axis, X::fingerprint, I::fingerprint, detail::names_id_v<Names>});
   using children = std::tuple<X, I>;
   detail::pack_for_t<children> args;
 };
@@ -103,10 +113,10 @@ struct scatter_along_node : detail::node_base<scatter_along_node<Axis, Shape, G,
   detail::pack_for_t<children> args;
 };
 
-/// x (a..., n, b...) at int32 indices (i...) along Axis -> (a..., i..., b...); 0 outside [0, n).
-/// Names: what an index error calls it (detail::take_names).
-template <int Axis, class Names = detail::take_names, expression X, expression I>
-constexpr auto take(X&& x, I&& indices) {
+namespace detail {
+/// take, called Names in an index error (detail::take_names).
+template <int Axis, class Names, expression X, expression I>
+constexpr auto take_named(X&& x, I&& indices) {
   using XN = detail::node_t<X>;
   using IN = detail::node_t<I>;
   using S = typename XN::shape_type;
@@ -117,6 +127,13 @@ constexpr auto take(X&& x, I&& indices) {
     check::take<S, ax, typename IN::shape_type>();
   }
   return take_node<ax, XN, IN, Names>{{}, {detail::as_node(std::forward<X>(x)), detail::as_node(std::forward<I>(indices))}};
+}
+}  // namespace detail
+
+/// x (a..., n, b...) at int32 indices (i...) along Axis -> (a..., i..., b...); 0 outside [0, n).
+template <int Axis, expression X, expression I>
+constexpr auto take(X&& x, I&& indices) {
+  return detail::take_named<Axis, detail::take_names>(std::forward<X>(x), std::forward<I>(indices));
 }
 
 /// x (a..., n, b...) at int32 indices (a..., k, b...) along Axis, position by position ->

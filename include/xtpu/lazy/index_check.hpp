@@ -17,9 +17,9 @@
 //     the step, run to its end with 0 for that index, throws the first of them (by statement,
 //     then position, then site: the same one at any thread count) from mark_step or the sync
 //     point.
-// nn::cross_entropy checks its labels at record time by the same rule (allowing ignore_index;
-// labels the step computes are not checked), and nn::embedding with max_norm its ids before
-// it rescales rows.
+// nn::cross_entropy checks its labels at record time by the same rule (allowing ignore_index),
+// and those the step computes as it runs through a take named for them (nn/loss.hpp);
+// nn::embedding with max_norm checks its ids before it rescales rows.
 // Errors: index_error naming the op, the caller's line, the value, its position, the
 // indices' shape and the range, and whether the statement was not recorded or the step ran.
 #pragma once

@@ -144,12 +144,7 @@ struct plan {
   }
 };
 
-/// One sample of `cell`: the nanoseconds from construction to destruction.
-struct time_sample {
-  metrics::detail::metric_cell& cell;
-  metrics::detail::sample_clock::reading t0 = metrics::detail::sample_clock::now();
-  ~time_sample() { cell.add_sample(metrics::detail::sample_clock::ns_since(t0)); }
-};
+using metrics::detail::time_sample;
 
 struct counters {
   metrics::detail::counter_cell &mark_step, &cached, &uncached, &sync_points, &sync_runs, &kernels, &cse, &dead, &mxu_cycles;

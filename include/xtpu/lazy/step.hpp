@@ -382,7 +382,7 @@ class plan_cache {
 
 /// XTPU_CHECK_INDICES (lazy/index_check.hpp reads it): whether a statement's int32 indices and
 /// labels are checked against their range when it is recorded, and a step's take and gather
-/// indices when it runs (step::execute).
+/// indices (cross_entropy's labels among them) when it runs (step::execute).
 inline constexpr settings::setting check_indices_setting{
     .name = "check_indices", .env = "XTPU_CHECK_INDICES", .lo = 0, .hi = 1, .setter = "xtpu::set_check_indices"};
 inline std::atomic<bool>& check_indices_cell() {
@@ -1208,7 +1208,7 @@ XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
     const index_site& site = faults_.site();
     throw index_error(index_error_text(faults_.value(), faults_.position(), site.dims, site.n, std::nullopt, site.text(),
                                        site.noun, site.nouns, where,
-                                       "found when the step ran, which it did to its end with 0 for that index"));
+                                       "found when the step ran, which it did to its end " + std::string(site.outcome)));
   }
 }
 

@@ -2,7 +2,9 @@
 //
 // Provides: xtpu::metrics::{counter, report, reset, metric_data, metric}, and in
 // xtpu::metrics::detail the cells the runtime records into (a stable reference per name, so
-// recording is one atomic add or one short lock, never a map lookup in the hot path).
+// recording is one atomic add or one short lock, never a map lookup in the hot path), the
+// clock of the timed metrics (sample_clock: the invariant time-stamp counter where there is
+// one, steady_clock elsewhere) and time_sample (one sample of a cell, by scope).
 // Report layout (torch_xla's, DESIGN.md §6): for each metric with samples
 //   Metric: CompileTime
 //     TotalSamples: 2
@@ -26,12 +28,16 @@
 #include <string_view>
 #include <vector>
 
+#ifndef XTPU_SAMPLE_TSC  // 0: the timed metrics read steady_clock only
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#include <x86intrin.h>
 #define XTPU_SAMPLE_TSC 1
 #else
 #define XTPU_SAMPLE_TSC 0
+#endif
+#endif
+#if XTPU_SAMPLE_TSC
+#include <cpuid.h>
+#include <x86intrin.h>
 #endif
 
 namespace xtpu::metrics {
@@ -51,53 +57,60 @@ namespace detail {
 /// The clock of the timed metrics (ExecuteTime, CompileTime, TransferFromDeviceTime, ...):
 /// steady_clock's nanoseconds, read at a third of its cost where the CPU has an invariant
 /// time-stamp counter (CPUID 8000_0007h EDX bit 8: one rate in every power state) — the
-/// counter's ticks times a rate measured against steady_clock over the first 20 ms or more
-/// between two readings. Until that rate is known, and on other CPUs, steady_clock itself. A
-/// reading says which clock it came from, so a sample never mixes the two.
+/// counter's ticks times a rate measured against steady_clock between the first timed sample
+/// and the first that ends 20 ms or more later, each end a steady_clock read bracketed by two
+/// counter reads (a bracket wider than `bracket_ticks`, the thread preempted between them, is
+/// tried again later). Until that rate is known, and on other CPUs, steady_clock itself. A
+/// reading says which clock it came from, so a sample never mixes the two; a sample is never
+/// negative (a counter read on another core a little behind gives 0).
 class sample_clock {
  public:
   struct reading {
-    std::int64_t value;  // steady_clock nanoseconds, or time-stamp ticks
+    std::uint64_t value;  // steady_clock nanoseconds, or time-stamp ticks
     bool ticks;
   };
   static reading now() noexcept {
 #if XTPU_SAMPLE_TSC
-    if (rate().ns_per_tick.load(std::memory_order_relaxed) > 0) return {static_cast<std::int64_t>(__rdtsc()), true};
+    if (rate().ns_per_tick.load(std::memory_order_relaxed) > 0) return {__rdtsc(), true};
 #endif
     return {steady_ns(), false};
   }
   /// Nanoseconds from `r` to now.
   static double ns_since(reading r) noexcept {
 #if XTPU_SAMPLE_TSC
-    if (r.ticks)
-      return static_cast<double>(static_cast<std::int64_t>(__rdtsc()) - r.value) *
-             rate().ns_per_tick.load(std::memory_order_relaxed);
+    if (r.ticks) {
+      const std::uint64_t t = __rdtsc();
+      return t > r.value ? static_cast<double>(t - r.value) * rate().ns_per_tick.load(std::memory_order_relaxed) : 0.0;
+    }
 #endif
-    const std::int64_t t = steady_ns();
+    const std::uint64_t t = steady_ns();
 #if XTPU_SAMPLE_TSC
     calibrate(t);
 #endif
-    return static_cast<double>(t - r.value);
+    return t > r.value ? static_cast<double>(t - r.value) : 0.0;
   }
   /// The time-stamp counter's nanoseconds per tick, 0 until measured (or without one).
   static double ns_per_tick() noexcept { return rate().ns_per_tick.load(std::memory_order_relaxed); }
+  /// Whether the CPU says its time-stamp counter is invariant (the clock then switches to it).
+  static bool invariant() noexcept { return rate().invariant; }
 
  private:
-  static constexpr std::int64_t calibration_ns = 20'000'000;
-  static std::int64_t steady_ns() noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  static constexpr std::uint64_t calibration_ns = 20'000'000, bracket_ticks = 20'000;
+  static std::uint64_t steady_ns() noexcept {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
   }
-  struct state {
+  struct state {  // written once, when made (thread-safe), but for the rate
     bool invariant = false;
-    std::int64_t steady0 = 0, tick0 = 0;
+    bool started = false;  // steady0 and tick0 read within one bracket
+    std::uint64_t steady0 = 0, tick0 = 0;
     std::atomic<double> ns_per_tick{0};
     state() noexcept {
 #if XTPU_SAMPLE_TSC
       unsigned a = 0, b = 0, c = 0, d = 0;
       invariant = __get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000007u &&
                   __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
-      steady0 = steady_ns();
-      tick0 = static_cast<std::int64_t>(__rdtsc());
+      for (int tries = 0; invariant && !started && tries < 8; ++tries) started = paired(steady0, tick0);
 #endif
     }
   };
@@ -106,11 +119,21 @@ class sample_clock {
     return s;
   }
 #if XTPU_SAMPLE_TSC
-  static void calibrate(std::int64_t steady) noexcept {
-    state& s = rate();
-    if (!s.invariant || s.ns_per_tick.load(std::memory_order_relaxed) > 0 || steady - s.steady0 < calibration_ns) return;
-    const auto ticks = static_cast<std::int64_t>(__rdtsc()) - s.tick0;
-    if (ticks > 0) s.ns_per_tick.store(static_cast<double>(steady - s.steady0) / static_cast<double>(ticks), std::memory_order_relaxed);
+  /// A steady_clock read and the counter at its middle, or false if the bracket was too wide.
+  static bool paired(std::uint64_t& steady, std::uint64_t& tick) noexcept {
+    const std::uint64_t t0 = __rdtsc();
+    steady = steady_ns();
+    const std::uint64_t t1 = __rdtsc();
+    tick = t0 + (t1 - t0) / 2;
+    return t1 >= t0 && t1 - t0 <= bracket_ticks;
+  }
+  static void calibrate(std::uint64_t steady) noexcept {
+    const state& s = rate();
+    if (!s.started || s.ns_per_tick.load(std::memory_order_relaxed) > 0 || steady < s.steady0 + calibration_ns) return;
+    std::uint64_t now_steady = 0, now_tick = 0;
+    if (paired(now_steady, now_tick) && now_tick > s.tick0 && now_steady > s.steady0)  // threads that race store alike rates
+      rate().ns_per_tick.store(static_cast<double>(now_steady - s.steady0) / static_cast<double>(now_tick - s.tick0),
+                               std::memory_order_relaxed);
   }
 #endif
 };
@@ -137,6 +160,16 @@ struct metric_cell {
       next = (next + 1) % window;
     }
   }
+};
+
+/// One sample of `cell`: the nanoseconds from construction to destruction.
+struct time_sample {
+  explicit time_sample(metric_cell& c) noexcept : cell(c) {}
+  time_sample(const time_sample&) = delete;
+  time_sample& operator=(const time_sample&) = delete;
+  ~time_sample() { cell.add_sample(sample_clock::ns_since(t0)); }
+  metric_cell& cell;
+  sample_clock::reading t0 = sample_clock::now();
 };
 
 class registry {

@@ -54,11 +54,11 @@ constexpr bool same_shapes_checked() {
 template <class A, class B>
 inline constexpr bool same_shapes_checked_v = same_shapes_checked<A, B>();
 
-/// cross_entropy's label probe, a take named for the labels in an index error.
+/// What an index error calls cross_entropy's labels, when recorded or as its probe (a take)
+/// reads them.
 struct label_names {
-  static constexpr std::string_view op = "cross_entropy", noun = "label", nouns = "labels";
+  static constexpr std::string_view op = "cross_entropy", noun = "label", nouns = "labels", outcome = "with a NaN loss";
   static constexpr bool with_axis = false;
-  static constexpr std::uint64_t id = 1;
 };
 }  // namespace xtpu::detail
 
@@ -81,8 +81,8 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
     using YS = typename detail::shape_of<Labels>::type;
     using detail::tensor_access;
     if (xtpu::check_indices())  // XTPU_CHECK_INDICES: labels of a ready tensor, before anything is recorded
-      detail::check_ready_indices(detail::as_node(labels), static_cast<std::int64_t>(classes), o.ignore_index, "cross_entropy",
-                                  "label", "labels", caller);
+      detail::check_ready_indices(detail::as_node(labels), static_cast<std::int64_t>(classes), o.ignore_index,
+                                  detail::label_names::op, detail::label_names::noun, detail::label_names::nouns, caller);
     const auto y = detail::as_tensor(labels);
     const detail::tensor_for_t<float, LS> logp = log_softmax<-1>(cast<float>(logits));  // (..., C) f32
     const auto keep = y != o.ignore_index;                                                     // (...)
@@ -101,11 +101,14 @@ tensor<float> cross_entropy(const Logits& logits, const Labels& labels, cross_en
                          cast<float>(finite) * (o.label_smoothing / static_cast<float>(classes))),
               0.0f));
     const float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto bad = tensor_access::untaped(sum(where(keep, where(in_range, 0.0f, nan), 0.0f)));  // NaN or 0
     // a take of zeros at the labels that count (ignored rows read label 0): it adds nothing, and
-    // under XTPU_CHECK_INDICES notes a label out of range that the step computed as it runs
-    const auto probe = take<0, detail::label_names>(detail::full_node<float, extents<classes>>(0.0), where(keep, y, std::int32_t{0}));
-    const auto bad = tensor_access::untaped(sum(where(keep, where(in_range, 0.0f, nan) + probe, 0.0f)));  // NaN or 0
-    const auto count = tensor_access::untaped(sum(cast<float>(keep)));
+    // under XTPU_CHECK_INDICES notes a label out of range that the step computed as it runs. In
+    // the count, which the loss and its gradient (1/count) both read: a step that keeps only
+    // the gradient runs it too
+    const auto probe =
+        detail::take_named<0, detail::label_names>(detail::full_node<float, extents<classes>>(0.0), where(keep, y, std::int32_t{0}));
+    const auto count = tensor_access::untaped(sum(cast<float>(keep) + probe));
     return sum(where(coef != 0.0f, coef * logp, 0.0f)) / count + bad;
   }
 }
