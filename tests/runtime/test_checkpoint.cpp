@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -549,3 +550,102 @@ TEST(Checkpoint, SgdMomentumAndAnF32ModelRoundTrip) {
   EXPECT_EQ(values(c), values(a));
 }
 
+
+TEST(Checkpoint, TheOptimizersOptionsAndGroupsAreSavedAndRestored) {
+  small_mlp a = xtpu::nn::init<small_mlp>(8);
+  xtpu::optim::adamw opt(a, {.lr = 0.01f, .beta2 = 0.99f, .weight_decay = 0.05f});
+  EXPECT_EQ(opt.no_decay([](std::string_view n) { return n.ends_with("bias"); }), 2u);
+  EXPECT_EQ(opt.lr_scale([](std::string_view n) { return n.starts_with("head"); }, 0.5f), 2u);
+  train(a, opt, 2);
+  const std::string path = scratch("groups.safetensors").string();
+  xtpu::io::save(path, a, opt, {.step = 2});
+  const auto f = xtpu::io::safetensors_file::read(path);
+  // each float as its shortest text, read back as the same float
+  EXPECT_EQ(f.metadata().at("xtpu.optimizer.options"),
+            R"({"beta1":0.9,"beta2":0.99,"eps":1e-08,"lr":0.01,"master_weights":true,"weight_decay":0.05})");
+  EXPECT_EQ(f.metadata().at("xtpu.optimizer.no_decay"), R"(["fc1.bias","head.bias"])");
+  EXPECT_EQ(f.metadata().at("xtpu.optimizer.lr_scale"), R"({"head.bias":0.5,"head.weight":0.5})");
+
+  // a fresh optimizer with the defaults and no groups gets the file's (as torch's
+  // load_state_dict restores param_groups) and goes on bit for bit
+  small_mlp b = xtpu::nn::init<small_mlp>(9);
+  xtpu::optim::adamw opt_b(b);
+  xtpu::io::load(path, b, opt_b);
+  EXPECT_EQ(opt_b.options().lr, 0.01f);
+  EXPECT_EQ(opt_b.options().beta2, 0.99f);
+  EXPECT_EQ(opt_b.options().weight_decay, 0.05f);
+  EXPECT_EQ(opt_b.groups().decays, (std::vector<char>{1, 0, 1, 0}));
+  EXPECT_EQ(opt_b.groups().lr_factors, (std::vector<float>{1.0f, 1.0f, 0.5f, 0.5f}));
+  train(a, opt, 2);
+  train(b, opt_b, 2);
+  EXPECT_EQ(values(b), values(a));
+
+  // without the groups the same file resumes to another trajectory (the check can fail)
+  small_mlp c = xtpu::nn::init<small_mlp>(9);
+  xtpu::optim::adamw opt_c(c);
+  xtpu::io::load(path, c, opt_c);
+  opt_c.groups() = xtpu::optim::parameter_groups(4);
+  train(c, opt_c, 2);
+  EXPECT_NE(values(c), values(b));
+
+  // a file written before options and groups were saved leaves the optimizer's as they are
+  auto meta = f.metadata();
+  for (const char* k : {"xtpu.optimizer.options", "xtpu.optimizer.no_decay", "xtpu.optimizer.lr_scale"}) meta.erase(k);
+  const std::string older = scratch("older.safetensors").string();
+  xtpu::io::write_safetensors(older, f.tensors(), meta);
+  small_mlp d = xtpu::nn::init<small_mlp>(9);
+  xtpu::optim::adamw opt_d(d, {.lr = 0.25f});
+  opt_d.lr_scale([](std::string_view n) { return n == "fc1.weight"; }, 2.0f);
+  xtpu::io::load(older, d, opt_d);
+  EXPECT_EQ(opt_d.options().lr, 0.25f);
+  EXPECT_EQ(opt_d.groups().lr_factors, (std::vector<float>{2.0f, 1.0f, 1.0f, 1.0f}));
+  EXPECT_EQ(opt_d.groups().decays, (std::vector<char>{1, 1, 1, 1}));
+}
+
+TEST(Checkpoint, OptionsOrGroupsThatDoNotFitAreToldAndChangeNothing) {
+  small_mlp a = xtpu::nn::init<small_mlp>(8);
+  xtpu::optim::adamw opt(a);
+  train(a, opt, 1);
+  const std::string path = scratch("adamw.safetensors").string();
+  xtpu::io::save(path, a, opt);
+  const auto f = xtpu::io::safetensors_file::read(path);
+
+  // another optimizer's options: each key told, next to the state it lacks
+  small_mlp b = xtpu::nn::init<small_mlp>(9);
+  xtpu::optim::sgd sgd(b, {.lr = 0.5f});
+  const auto before = values(b);
+  const std::string m = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(path, b, sgd); });
+  EXPECT_TRUE(has(m, "missing optimizer option momentum; missing optimizer option dampening")) << m;
+  EXPECT_TRUE(has(m, "missing optimizer option nesterov; unexpected optimizer option beta1; unexpected optimizer "
+                     "option beta2; unexpected optimizer option eps")) << m;
+  EXPECT_TRUE(has(m, "unexpected optimizer.fc1.weight.exp_avg")) << m;
+  EXPECT_EQ(sgd.options().lr, 0.5f);
+  EXPECT_EQ(values(b), before);
+
+  // damaged values: every one named, and nothing of the model or optimizer changes
+  auto meta = f.metadata();
+  meta["xtpu.optimizer.options"] = R"({"beta1":0.9,"beta2":0.999,"eps":1e-08,"lr":true,"master_weights":1,"weight_decay":0.01})";
+  meta["xtpu.optimizer.no_decay"] = R"(["fc9.bias",3])";
+  meta["xtpu.optimizer.lr_scale"] = R"({"head.weight":-1,"fc1.bias":"x","nope":2})";
+  const std::string bad = scratch("bad_groups.safetensors").string();
+  xtpu::io::write_safetensors(bad, f.tensors(), meta);
+  small_mlp c = xtpu::nn::init<small_mlp>(9);
+  xtpu::optim::adamw opt_c(c, {.lr = 0.125f});
+  opt_c.no_decay([](std::string_view n) { return n == "head.weight"; });
+  const auto c_before = values(c);
+  const std::string d = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(bad, c, opt_c); });
+  EXPECT_TRUE(has(d, "does not fit: optimizer option lr is true in the file, not a number; optimizer option "
+                     "master_weights is 1 in the file, not a bool; unexpected no_decay parameter \"fc9.bias\"; "
+                     "unexpected no_decay parameter 3; lr_scale of fc1.bias is \"x\" in the file, not a factor >= 0; "
+                     "lr_scale of head.weight is -1 in the file, not a factor >= 0; unexpected lr_scale parameter nope"))
+      << d;
+  EXPECT_EQ(opt_c.options().lr, 0.125f);
+  EXPECT_EQ(opt_c.groups().decays, (std::vector<char>{1, 1, 0, 1}));
+  EXPECT_EQ(values(c), c_before);
+  // metadata that is not JSON of the right kind is a damaged file
+  meta = f.metadata();
+  meta["xtpu.optimizer.lr_scale"] = "[1, 2";
+  xtpu::io::write_safetensors(bad, f.tensors(), meta);
+  const std::string e = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(bad, c, opt_c); });
+  EXPECT_TRUE(has(e, "__metadata__ 'xtpu.optimizer.lr_scale' is '[1, 2', not a JSON object")) << e;
+}

@@ -10,7 +10,10 @@
 // ("xtpu.checkpoint": "2"), "xtpu.step", "xtpu.loader.epoch", "xtpu.loader.batch",
 // "xtpu.loader.order" (what loader::describe() said, for loader::resume to check), the
 // optimizer's step counters ("xtpu.optimizer.steps", and per parameter
-// "xtpu.optimizer.step_of" as a JSON list, for Adam's bias correction), each seed stream of
+// "xtpu.optimizer.step_of" as a JSON list, for Adam's bias correction), its options
+// ("xtpu.optimizer.options": {"lr": 0.01, ...}, each float as its shortest text) and param
+// groups ("xtpu.optimizer.no_decay": the names without weight decay; "xtpu.optimizer.lr_scale":
+// {name: factor} where the factor is not 1), each seed stream of
 // the model ("xtpu.rng." + its nn::for_each_stream name: "[seed, position]", a dropout
 // module's), and the user's keys as given. xtpu's random numbers are counter-based (a seed and
 // an index, nothing hidden), so the seeds, their streams' positions and the step are all the
@@ -25,26 +28,35 @@
 // what the loading optimizer has for it. A file without xtpu's metadata (a state_dict written by
 // torch or safetensors with the same names) loads its tensors; its info is all zeros. Every
 // value is copied to the device before the first assignment, so an out_of_memory while loading
-// changes nothing (for that moment the old and new values are both held).
+// changes nothing (for that moment the old and new values are both held). Loading with an
+// optimizer restores the options and groups the file has, as torch's load_state_dict restores
+// param_groups (set an option after load to change it); a file written before they were saved
+// (2026-12-06) leaves the optimizer's as they are.
 // Errors: checkpoint_error — safetensors_file's; a user key starting with "xtpu."; a layout
 // other than 1 or 2 (1: written before seed streams were saved); xtpu's keys in a file without
 // a layout key (a damaged checkpoint, not a foreign file); a stream's value that is not
-// two integers >= 0; and one message listing every difference:
+// two integers >= 0; options or groups that are not a JSON object or list; and one message
+// listing every difference (an option missing, unexpected or of another type, a group's name
+// the model lacks, a factor lr_scale refuses among them):
 // `missing fc2.bias; fc1.weight is F32 (512, 784) in the file but BF16 (512, 784) in the
 // model; unexpected head.scale`. Seed streams are state, not weights: each stream of the model
 // the file has is restored, one it lacks keeps its value, and the file's others are ignored
 // (a training checkpoint serves a model without dropout).
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -127,6 +139,99 @@ Tensor value_of(const safetensors_file& f, const std::string& name) {
 
 template <class Opt>
 concept counts_steps = requires(Opt& o) { o.step_of(std::size_t{0}); };
+/// An optimizer whose options name their fields (optim's options().for_each) and one with
+/// param groups (optim::parameter_groups: per parameter, decay on or off and a rate factor).
+template <class Opt>
+concept has_options = requires(Opt& o) { o.options().for_each([](const char*, auto&) {}); };
+template <class Opt>
+concept has_groups = requires(Opt& o, float f) {
+  o.groups().decays[0] = 0;
+  o.groups().lr_factors[0] = f;
+  { o.groups().valid_factor(f) } -> std::convertible_to<bool>;
+};
+
+/// JSON whose numbers are float: an option is written as its shortest float text ("0.01") and
+/// read back as that float, bit for bit.
+using json_f32 = nlohmann::basic_json<std::map, std::vector, std::string, bool, std::int64_t, std::uint64_t, float>;
+
+/// The optimizer's options as "xtpu.optimizer.options" holds them: {"lr": 0.01, ...}.
+template <class Options>
+std::string options_text(Options o) {  // (a copy: for_each hands out references)
+  json_f32 j = json_f32::object();
+  o.for_each([&](const char* key, const auto& v) { j[key] = v; });
+  return j.dump();
+}
+/// Reads "xtpu.optimizer.options" into o (a copy of the optimizer's): every key o has, of its
+/// type (a bool, or a number), and no other; each difference joins diffs.
+template <class Options>
+void read_options(const std::string& path, const std::string& text, Options& o, std::vector<std::string>& diffs) {
+  const json_f32 j = json_f32::parse(text, nullptr, /*allow_exceptions*/ false);
+  if (!j.is_object()) io::detail::fail(path, "__metadata__ 'xtpu.optimizer.options' is '" + text + "', not a JSON object");
+  std::set<std::string> known;
+  o.for_each([&](const char* key, auto& v) {
+    known.insert(key);
+    const auto it = j.find(key);
+    if (it == j.end()) return diffs.push_back(std::string("missing optimizer option ") + key);
+    constexpr bool flag = std::is_same_v<std::remove_cvref_t<decltype(v)>, bool>;
+    if (flag ? !it->is_boolean() : !it->is_number())
+      return diffs.push_back(std::string("optimizer option ") + key + " is " + it->dump() + " in the file, not a " +
+                             (flag ? "bool" : "number"));
+    v = it->template get<std::remove_cvref_t<decltype(v)>>();
+  });
+  for (const auto& item : j.items())
+    if (!known.count(item.key())) diffs.push_back("unexpected optimizer option " + item.key());
+}
+
+/// The param groups as "xtpu.optimizer.no_decay" (the names without weight decay, a JSON list)
+/// and "xtpu.optimizer.lr_scale" (each name whose rate factor is not 1, with it) hold them.
+template <class Groups>
+std::pair<std::string, std::string> groups_text(const std::vector<std::string>& names, const Groups& g) {
+  json_f32 no_decay = json_f32::array(), scaled = json_f32::object();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (!g.decays[i]) no_decay.push_back(names[i]);
+    if (g.lr_factors[i] != 1.0f) scaled[names[i]] = g.lr_factors[i];
+  }
+  return {no_decay.dump(), scaled.dump()};
+}
+/// Reads the file's groups (those of its two keys it has) into g (a copy of the optimizer's):
+/// a key the file has replaces that choice for every parameter; each name must be one of the
+/// model's and each factor one lr_scale takes; differences join diffs.
+template <class Groups>
+void read_groups(const std::string& path, const std::map<std::string, std::string>& meta,
+                 const std::vector<std::string>& names, Groups& g, std::vector<std::string>& diffs) {
+  const auto index = [&](const std::string& name) -> std::size_t {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name) return i;
+    return names.size();
+  };
+  const auto parsed = [&](const char* key, bool object) -> std::optional<json_f32> {
+    const auto it = meta.find(key);
+    if (it == meta.end()) return std::nullopt;
+    json_f32 j = json_f32::parse(it->second, nullptr, /*allow_exceptions*/ false);
+    if (object ? !j.is_object() : !j.is_array())
+      io::detail::fail(path, std::string("__metadata__ '") + key + "' is '" + it->second + "', not a JSON " +
+                                 (object ? "object" : "list"));
+    return j;
+  };
+  if (const auto j = parsed("xtpu.optimizer.no_decay", false)) {
+    std::fill(g.decays.begin(), g.decays.end(), 1);
+    for (const auto& name : *j) {
+      const std::size_t i = name.is_string() ? index(name.template get<std::string>()) : names.size();
+      if (i == names.size()) diffs.push_back("unexpected no_decay parameter " + name.dump());
+      else g.decays[i] = 0;
+    }
+  }
+  if (const auto j = parsed("xtpu.optimizer.lr_scale", true)) {
+    std::fill(g.lr_factors.begin(), g.lr_factors.end(), 1.0f);
+    for (const auto& item : j->items()) {
+      const std::size_t i = index(item.key());
+      if (i == names.size()) diffs.push_back("unexpected lr_scale parameter " + item.key());
+      else if (!item.value().is_number() || !g.valid_factor(item.value().template get<float>()))
+        diffs.push_back("lr_scale of " + item.key() + " is " + item.value().dump() + " in the file, not a factor >= 0");
+      else g.lr_factors[i] = item.value().template get<float>();
+    }
+  }
+}
 template <class Opt>
 concept tells_state = requires(const Opt& o) { { o.holds_state(std::size_t{0}) } -> std::convertible_to<bool>; };
 
@@ -176,6 +281,35 @@ inline std::int64_t to_int(const std::string& text, const std::string& key, cons
   io::detail::fail(path, "__metadata__ '" + key + "' is '" + text + "', not an integer");
 }
 
+/// The file's options for opt (a copy of opt's, read_options), if it has them and opt names its
+/// options; else nothing to assign.
+template <class Opt>
+auto file_options(const std::string& path, const std::map<std::string, std::string>& meta, Opt* opt,
+                  std::vector<std::string>& diffs) {
+  if constexpr (std::is_same_v<Opt, void> || !has_options<Opt>) {
+    return std::optional<int>();
+  } else {
+    std::optional<std::remove_cvref_t<decltype(opt->options())>> o;
+    if (const auto it = meta.find("xtpu.optimizer.options"); it != meta.end()) {
+      o = opt->options();
+      read_options(path, it->second, *o, diffs);
+    }
+    return o;
+  }
+}
+/// The file's groups for opt (a copy of opt's, read_groups), if opt has groups.
+template <class Model, class Opt>
+auto file_groups(const std::string& path, const std::map<std::string, std::string>& meta, const Model&, Opt* opt,
+                 std::vector<std::string>& diffs) {
+  if constexpr (std::is_same_v<Opt, void> || !has_groups<Opt>) {
+    return std::optional<int>();
+  } else {
+    std::optional<std::remove_cvref_t<decltype(opt->groups())>> g = opt->groups();
+    read_groups(path, meta, nn::parameter_names<Model>(), *g, diffs);
+    return g;
+  }
+}
+
 template <class Model, class Opt>
 void save_impl(const std::string& path, const Model& model, Opt* opt, const checkpoint_info& info,
                const xtpu::source_location& where) {
@@ -204,6 +338,10 @@ void save_impl(const std::string& path, const Model& model, Opt* opt, const chec
       meta["xtpu.optimizer.steps"] = std::to_string(opt->steps());
       meta["xtpu.optimizer.step_of"] = nlohmann::json(steps).dump();
     }
+    if constexpr (has_options<Opt>) meta["xtpu.optimizer.options"] = options_text(opt->options());
+    if constexpr (has_groups<Opt>)
+      std::tie(meta["xtpu.optimizer.no_decay"], meta["xtpu.optimizer.lr_scale"]) =
+          groups_text(nn::parameter_names<Model>(), opt->groups());
   }
   out.read(where);
   write_safetensors(path, out.records, meta);
@@ -237,6 +375,9 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
       [&]<class T, std::size_t... D>(const tensor<T, D...>&) { check_entry<T, D...>(f, optimizer_prefix + name, diffs); }(t);
     });
   }
+  // the file's options and groups, read into copies (assigned once everything fits)
+  [[maybe_unused]] const auto options = file_options(path, meta, opt, diffs);
+  [[maybe_unused]] const auto groups = file_groups(path, meta, model, opt, diffs);
   for (const auto& t : f.tensors()) {
     const bool optimizers = t.name.rfind(optimizer_prefix, 0) == 0;  // left alone when no optimizer is given
     if (!expected.count(t.name) && (!optimizers || !std::is_same_v<Opt, void>)) diffs.push_back("unexpected " + t.name);
@@ -324,6 +465,9 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
         opt->steps() = opt_steps;
       }
     }
+    if constexpr (has_options<Opt>)
+      if (options) opt->options() = *options;
+    if constexpr (has_groups<Opt>) opt->groups() = *groups;
   }
   return info;
 }

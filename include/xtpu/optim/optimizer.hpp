@@ -18,7 +18,8 @@
 // no_decay(pred): the parameters whose name pred accepts take no weight decay (torch's param
 // group of biases and norms with weight_decay 0), the others the options' — the same graph;
 // lr_scale(pred, f): those pred accepts update at f × options().lr (a param group's own lr),
-// a run-time scalar too. Neither is saved in a checkpoint (set them again on resume).
+// a run-time scalar too; groups() holds both (parameter_groups). options().for_each(f) and
+// groups() are what a checkpoint saves with the state and load restores (torch's param_groups).
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
 // module); xtpu::error from sgd's step for Nesterov without momentum or with dampening, and
@@ -50,6 +51,13 @@ struct sgd_options {
   float weight_decay = 0.0f;
   bool nesterov = false;
   bool master_weights = true;  // bf16 parameters: update an f32 copy, round it once into the parameter
+  /// f(key, field&) for each field, under torch's param_group key where it has one: what a
+  /// checkpoint saves and load restores.
+  template <class F>
+  void for_each(F&& f) {
+    f("lr", lr), f("momentum", momentum), f("dampening", dampening), f("weight_decay", weight_decay);
+    f("nesterov", nesterov), f("master_weights", master_weights);
+  }
 };
 
 /// Adam's and AdamW's options: the same fields; AdamW's (Decoupled) weight decay defaults to 0.01.
@@ -61,9 +69,51 @@ struct adam_family_options {
   float eps = 1e-8f;
   float weight_decay = Decoupled ? 0.01f : 0.0f;
   bool master_weights = true;  // bf16 parameters: update an f32 copy, round it once into the parameter
+  /// f(key, field&) for each field (torch's betas as two keys): what a checkpoint saves and
+  /// load restores.
+  template <class F>
+  void for_each(F&& f) {
+    f("lr", lr), f("beta1", beta1), f("beta2", beta2), f("eps", eps), f("weight_decay", weight_decay);
+    f("master_weights", master_weights);
+  }
 };
 using adam_options = adam_family_options<false>;
 using adamw_options = adam_family_options<true>;
+
+/// What no_decay and lr_scale set per parameter (torch's param groups, as run-time scalars, so
+/// setting them changes no graph), in declaration order: decays[i], whether parameter i takes
+/// the options' weight decay (all do until no_decay), and lr_factors[i], the factor its
+/// learning rate is the options' times (1 until lr_scale). An optimizer's groups() (a
+/// checkpoint saves and restores them).
+struct parameter_groups {
+  explicit parameter_groups(std::size_t n) : decays(n, 1), lr_factors(n, 1.0f) {}
+  /// Whether lr_scale takes factor: finite and >= 0 (NaN is not).
+  static bool valid_factor(float factor) noexcept { return factor >= 0.0f && factor <= std::numeric_limits<float>::max(); }
+  /// set(i) for each parameter of model whose name pred accepts; the count of them.
+  template <class Model, class Pred, class Set>
+  std::size_t each_named(Model& model, Pred& pred, Set&& set) {
+    std::size_t i = 0, n = 0;
+    nn::for_each_parameter(model, [&](const std::string& name, auto&) {
+      if (pred(std::string_view(name))) set(i), ++n;
+      ++i;
+    });
+    return n;
+  }
+  template <class Model, class Pred>
+  std::size_t no_decay(Model& model, Pred& pred) {
+    return each_named(model, pred, [&](std::size_t i) { decays[i] = 0; });
+  }
+  template <class Model, class Pred>
+  std::size_t lr_scale(Model& model, Pred& pred, float factor) {
+    if (!valid_factor(factor))
+      throw error("xtpu: optim: lr_scale's factor must be finite and >= 0, got " + std::to_string(factor));
+    return each_named(model, pred, [&](std::size_t i) { lr_factors[i] = factor; });
+  }
+  float decay_of(std::size_t i, float weight_decay) const { return decays[i] ? weight_decay : 0.0f; }
+  float lr_of(std::size_t i, float lr) const { return lr * lr_factors[i]; }  // (x 1 is exact: lr itself)
+  std::vector<char> decays;
+  std::vector<float> lr_factors;
+};
 
 namespace detail {
 /// e recorded with no reverse-mode rule: every statement here is an update or a state value,
@@ -176,37 +226,6 @@ struct master_weights {
   xtpu::detail::undoable<std::vector<std::weak_ptr<xtpu::detail::storage>>> written;
 };
 
-/// What no_decay and lr_scale set per parameter (torch's param groups, as run-time scalars, so
-/// setting them changes no graph): whether parameter i takes the options' weight decay (all do
-/// until no_decay), and the factor its learning rate is the options' times (1 until lr_scale).
-struct parameter_groups {
-  explicit parameter_groups(std::size_t n) : decays(n, 1), lr_factors(n, 1.0f) {}
-  /// set(i) for each parameter of model whose name pred accepts; the count of them.
-  template <class Model, class Pred, class Set>
-  std::size_t each_named(Model& model, Pred& pred, Set&& set) {
-    std::size_t i = 0, n = 0;
-    nn::for_each_parameter(model, [&](const std::string& name, auto&) {
-      if (pred(std::string_view(name))) set(i), ++n;
-      ++i;
-    });
-    return n;
-  }
-  template <class Model, class Pred>
-  std::size_t no_decay(Model& model, Pred& pred) {
-    return each_named(model, pred, [&](std::size_t i) { decays[i] = 0; });
-  }
-  template <class Model, class Pred>
-  std::size_t lr_scale(Model& model, Pred& pred, float factor) {
-    if (!(factor >= 0.0f && factor <= std::numeric_limits<float>::max()))  // NaN fails both
-      throw error("xtpu: optim: lr_scale's factor must be finite and >= 0, got " + std::to_string(factor));
-    return each_named(model, pred, [&](std::size_t i) { lr_factors[i] = factor; });
-  }
-  float decay_of(std::size_t i, float weight_decay) const { return decays[i] ? weight_decay : 0.0f; }
-  float lr_of(std::size_t i, float lr) const { return lr * lr_factors[i]; }  // (x 1 is exact: lr itself)
-  std::vector<char> decays;
-  std::vector<float> lr_factors;
-};
-
 /// Adam's moments and update for one parameter (PyTorch's single-tensor formulas) at rate lr;
 /// decoupled: AdamW's decay of the weight itself, else an L2 term added to the gradient.
 template <class P, class Options>
@@ -271,6 +290,9 @@ class sgd {
   std::size_t lr_scale(Pred pred, float factor) {
     return groups_.lr_scale(*model_, pred, factor);
   }
+  /// What no_decay and lr_scale set, per parameter (a checkpoint saves and restores it).
+  parameter_groups& groups() noexcept { return groups_; }
+  const parameter_groups& groups() const noexcept { return groups_; }
 
   /// Records the update of every parameter (its statements show `where`'s line).
   void step(xtpu::source_location where = xtpu::source_location::current()) {
@@ -314,7 +336,7 @@ class sgd {
   sgd_options o_;
   detail::state_slots momentum_;
   detail::master_weights master_;
-  detail::parameter_groups groups_;
+  parameter_groups groups_;
 };
 
 namespace detail {
@@ -344,6 +366,9 @@ class adam_family {
   std::size_t lr_scale(Pred pred, float factor) {
     return groups_.lr_scale(*model_, pred, factor);
   }
+  /// What no_decay and lr_scale set, per parameter (a checkpoint saves and restores it).
+  parameter_groups& groups() noexcept { return groups_; }
+  const parameter_groups& groups() const noexcept { return groups_; }
   std::int64_t steps() const noexcept { return counts_->t; }
   std::int64_t& steps() noexcept { return counts_->t; }  // settable: a checkpoint restores it
 
