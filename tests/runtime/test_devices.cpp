@@ -149,6 +149,30 @@ TEST_F(Devices, MixingDevicesIsATypedErrorThatLosesNothing) {
   }
 }
 
+TEST_F(Devices, AFailedStatementLeavesTheCountsThatDecideInPlaceWritesAsTheyWere) {
+  // the step counts the leaves reading each tensor as they are recorded (a buffer only the
+  // step holds may take an output in place): a statement that fails part way takes its counts back
+  const xtpu::device a("v5e", 9), b("v5e", 10);
+  xtpu::device_scope on_a(a);
+  vec x = xtpu::from_host<float, N>(values(N, 7));
+  const vec z = [&] {
+    xtpu::device_scope s(b);
+    return vec(xtpu::from_host<float, N>(values(N, 8)));
+  }();
+  const auto hx = x.to_host();
+  const vec kept = x * 0.5f;  // x counted once, by a statement that stays
+  EXPECT_THROW(vec bad = x * z, xtpu::device_mismatch);  // x counted again, then z fails: taken back
+  x = x + 1.0f;  // the old x: read by the step alone now, so x + 1 may be written over it...
+  const std::string text = xtpu::lazy::explain(a);
+  EXPECT_TRUE(has(text, "in place of input 0")) << text;  // ...which a count left behind would forbid
+  xtpu::mark_step();
+  const auto h1 = x.to_host(), hk = kept.to_host();
+  for (std::size_t i = 0; i < N; ++i) {
+    ASSERT_EQ(h1(i), hx(i) + 1.0f) << i;
+    ASSERT_EQ(hk(i), hx(i) * 0.5f) << i;
+  }
+}
+
 TEST_F(Devices, ATransferIsExplicitTimedAndComputesAPendingValueFirst) {
   const xtpu::device a("v5e", 7), b("v5e", 8);
   xtpu::device_scope on_a(a);

@@ -30,13 +30,14 @@
 #include <sstream>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "xtpu/config.hpp"
 #include "xtpu/error.hpp"
+#include "xtpu/ids.hpp"
 #include "xtpu/settings.hpp"
+#include "xtpu/spin_mutex.hpp"
 
 namespace xtpu {
 
@@ -123,19 +124,25 @@ class size_map {
  public:
   /// The value of `size`, made (V{}) if new; may throw bad_alloc (nothing changed then).
   V& operator[](std::size_t size) {
+    if (last_ < slots_.size() && slots_[last_].key == size) return slots_[last_].value;
     if (2 * (used_ + 1) > slots_.size()) grow();
-    slot& s = slots_[where(slots_, size)];
+    const std::size_t i = where(slots_, size);
+    slot& s = slots_[i];
     if (!s.used) {
       s = slot{size, true, V{}};
       ++used_;
     }
+    last_ = i;
     return s.value;
   }
   /// The value of `size`, or null.
   V* find(std::size_t size) noexcept {
+    if (last_ < slots_.size() && slots_[last_].key == size) return &slots_[last_].value;
     if (slots_.empty()) return nullptr;
-    slot& s = slots_[where(slots_, size)];
-    return s.used ? &s.value : nullptr;
+    const std::size_t i = where(slots_, size);
+    if (!slots_[i].used) return nullptr;
+    last_ = i;
+    return &slots_[i].value;
   }
   template <class F>
   void for_each(F f) const {
@@ -161,35 +168,12 @@ class size_map {
     for (slot& s : slots_)
       if (s.used) bigger[where(bigger, s.key)] = std::move(s);
     slots_ = std::move(bigger);
+    last_ = npos;
   }
+  static constexpr std::size_t npos = ~std::size_t{0};
   std::vector<slot> slots_;  // a power of two in size, at most half used
   std::size_t used_ = 0;
-};
-
-/// The chip allocator's lock: taken with one exchange, given back with one store. Its
-/// critical sections are a few table updates, and std::mutex's lock and unlock (two locked
-/// instructions and ~80 others, nine pairs a cached 10-statement step: each output's buffer
-/// and each freed one) were ~5 % of that step's instructions. A thread that finds it taken
-/// spins a little, then yields to the holder (several threads on one chip are the exception:
-/// each user thread records its own steps). BasicLockable, for std::lock_guard.
-class spin_mutex {
- public:
-  void lock() noexcept {
-    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire);)
-      while (flag_.load(std::memory_order_relaxed)) {
-        if (++spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
-#endif
-        } else {
-          std::this_thread::yield();
-        }
-      }
-  }
-  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> flag_{false};
+  std::size_t last_ = npos;  // the slot the last lookup found (a step asks for the same sizes in turn): used
 };
 
 /// One emulated chip: its generation, its HBM accounting and its caching allocator.
@@ -577,16 +561,8 @@ class device_buffer {
       data_ = nullptr;
     }
   }
-  static std::uint64_t next_version() noexcept {  // a thread takes 4096 numbers at a time: one atomic add per 4096
-    static std::atomic<std::uint64_t> counter{0};
-    constexpr std::uint64_t chunk = 4096;
-    thread_local std::uint64_t next = 0, end = 0;
-    if (next == end) {
-      next = counter.fetch_add(chunk, std::memory_order_relaxed) + 1;
-      end = next + chunk;
-    }
-    return next++;
-  }
+  struct versions;  // unique_ids' tag
+  static std::uint64_t next_version() noexcept { return unique_ids<versions>::take(); }
   chip* chip_ = nullptr;
   void* data_ = nullptr;
   std::size_t bytes_ = 0, charged_ = 0;

@@ -38,6 +38,7 @@
 #include "xtpu/dtype/dtype.hpp"
 #include "xtpu/dtype/precision.hpp"
 #include "xtpu/error.hpp"
+#include "xtpu/ids.hpp"
 #include "xtpu/fingerprint/hash.hpp"
 #include "xtpu/shape/check.hpp"
 #include "xtpu/shape/extents.hpp"
@@ -62,11 +63,9 @@ struct recorder {
   }
 };
 
+struct scalar_origin_ids;  // unique_ids' tag
 /// The first of n fresh origins for a node's run-time scalars, made at run time.
-inline std::uint64_t next_scalar_origins(std::size_t n) noexcept {
-  static std::atomic<std::uint64_t> next{0};
-  return next.fetch_add(n, std::memory_order_relaxed) + 1;
-}
+inline std::uint64_t next_scalar_origins(std::size_t n) noexcept { return unique_ids<scalar_origin_ids>::take(n); }
 /// ... and as a node's member initialiser: constant evaluation (and no scalars) gets 0, none.
 constexpr std::uint64_t scalar_origins(std::size_t n) noexcept {
   if (std::is_constant_evaluated() || n == 0) return 0;

@@ -69,6 +69,7 @@
 #include "xtpu/metrics/trace.hpp"
 #include "xtpu/settings.hpp"
 #include "xtpu/source_location.hpp"
+#include "xtpu/spin_mutex.hpp"
 
 namespace xtpu::detail {
 
@@ -374,7 +375,7 @@ class plan_cache {
       lru_.pop_back();
     }
   }
-  mutable std::mutex mu_;
+  mutable spin_mutex mu_;  // taken by every step's lookup
   std::list<entry> lru_;
   std::unordered_map<std::uint64_t, std::list<entry>::iterator> index_;
   std::size_t capacity_ = 1024;
@@ -698,26 +699,20 @@ class step {
 
   /// donatable_[x]: only the step's own leaves still refer to external tensor x, so its buffer
   /// may become an output (plan.hpp's donate_buffers decides where); external_bytes_[x]: its size.
+  /// Every leaf of x holds the same storage, so its first leaf (ext_leaves_, counted with the
+  /// others as they were recorded) speaks for them all.
   void find_donatable() {
-    ext_refs_.assign(n_external_, 0);
-    external_bytes_.assign(n_external_, 0);
-    donatable_.assign(n_external_, 0);
-    for (const auto& st : stmts_)
-      for (std::uint32_t l = 0; l < st.n_leaves; ++l)
-        if (const std::uint64_t code = signature_[st.sig_begin + 1 + l]; !is_step_output(code)) {
-          const auto& leaf = leaves_[st.leaf_begin + l];
-          const std::uint32_t x = code_index(code);
-          ++ext_refs_[x];
-          external_bytes_[x] = leaf->buffer.bytes();
-        }
+    ext_refs_.resize(n_external_);
+    external_bytes_.resize(n_external_);
+    donatable_.resize(n_external_);
+    for (std::uint32_t x = 0; x < n_external_; ++x) ext_refs_[x] = ext_leaves_[x].refs;
     for (const storage* p : prev_links_)  // a replaced value the step reads may still give its buffer
       if (const std::uint32_t x = externals_.find(reinterpret_cast<std::uintptr_t>(p)); x != slot_map::none) ++ext_refs_[x];
-    for (const auto& st : stmts_)
-      for (std::uint32_t l = 0; l < st.n_leaves; ++l)
-        if (const std::uint64_t code = signature_[st.sig_begin + 1 + l]; !is_step_output(code)) {
-          const std::uint32_t x = code_index(code);
-          donatable_[x] = leaves_[st.leaf_begin + l].use_count() == static_cast<long>(ext_refs_[x]);
-        }
+    for (std::uint32_t x = 0; x < n_external_; ++x) {
+      const auto& leaf = leaves_[ext_leaves_[x].first];
+      external_bytes_[x] = leaf->buffer.bytes();
+      donatable_[x] = leaf.use_count() == static_cast<long>(ext_refs_[x]);
+    }
   }
 
   std::uint64_t wire(const storage& s) {
@@ -927,6 +922,7 @@ class step {
     signature_.clear();
     externals_.clear();
     n_external_ = 0;
+    ext_leaves_.clear();
     outputs_.clear();
   }
 
@@ -939,6 +935,11 @@ class step {
   std::vector<std::uint64_t> signature_;
   slot_map externals_;  // storage address -> its external number
   std::uint32_t n_external_ = 0;
+  struct external_leaves {
+    std::uint32_t first;  // the first leaf (leaves_) that reads it
+    std::uint32_t refs;   // the step's leaves holding it
+  };
+  std::vector<external_leaves> ext_leaves_;  // per external tensor, as recorded
   // scratch, reused across steps
   std::vector<storage*> outputs_;  // per statement, while a run is under way (null: dead; stmts_ holds them)
   std::vector<const void*> leaf_ptrs_, temp_ptrs_;  // over all live statements (plan::stmt_plan slots)
@@ -947,7 +948,7 @@ class step {
   std::vector<void*> group_out_;
   std::vector<char> group_round_;  // group statement j's float output is rounded to bf16 block by block
   std::vector<void (*)(const bound&, void*, std::size_t, std::size_t)> group_run_;
-  std::vector<std::uint32_t> ext_refs_;            // per external tensor: the step's leaves holding it
+  std::vector<std::uint32_t> ext_refs_;            // the same and the step's links to it (find_donatable)
   std::vector<std::uint64_t> external_bytes_;      // per external tensor
   std::vector<char> donatable_;                    // per external tensor
   std::vector<char> live_;                         // per statement, for the planner: outputs_[i] != null
@@ -1217,13 +1218,22 @@ XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
     std::uint32_t n_kernels, const kernel_desc* fused, vjp_fn vjp, const xtpu::source_location& where) {
   const std::size_t l0 = leaves_.size(), s0 = scalars_.size(), g0 = signature_.size();
   const std::uint32_t x0 = n_external_;
+  std::size_t counted = 0;  // leaves of external tensors counted in ext_leaves_
   std::shared_ptr<storage> out;
   try {
     out = new_storage(*chip_);
     recorder r{&leaves_, &scalars_, &origins_};
     collect(e, r);
     signature_.push_back(fingerprint);
-    for (std::size_t i = l0; i < leaves_.size(); ++i) signature_.push_back(wire(*leaves_[i]));
+    for (std::size_t i = l0; i < leaves_.size(); ++i) {
+      const std::uint64_t code = wire(*leaves_[i]);
+      signature_.push_back(code);
+      if (is_step_output(code)) continue;
+      const std::uint32_t x = code_index(code);
+      if (x == ext_leaves_.size()) ext_leaves_.push_back({static_cast<std::uint32_t>(i), 0});
+      ++ext_leaves_[x].refs;
+      ++counted;
+    }
     for (std::size_t i = s0; i < scalars_.size(); ++i) signature_.push_back(scalar_slot(i));
     // filled in place, field by field: a statement built aside and copied in was read back
     // wider than it was written (a store-forwarding stall, a quarter of recording's time)
@@ -1240,6 +1250,9 @@ XTPU_RUNTIME_INLINE void step::run(const debug::trigger& why) {
     st.vjp = vjp;
     st.where = recording_site() != nullptr ? *recording_site() : where;
   } catch (...) {
+    for (std::size_t g = g0 + 1; counted > 0; ++g)  // the counts this statement's leaves added
+      if (!is_step_output(signature_[g])) --counted, --ext_leaves_[code_index(signature_[g])].refs;
+    ext_leaves_.resize(x0);
     leaves_.resize(l0);
     scalars_.resize(s0);
     origins_.resize(s0);

@@ -30,7 +30,6 @@
 #include <memory>
 #include <ostream>
 #include <span>
-#include <sstream>
 #include <string>
 
 #include <xtensor/xarray.hpp>

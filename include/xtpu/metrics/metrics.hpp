@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "xtpu/spin_mutex.hpp"
+
 #ifndef XTPU_SAMPLE_TSC  // 0: the timed metrics read steady_clock only
 #if defined(__x86_64__) || defined(__i386__)
 #define XTPU_SAMPLE_TSC 1
@@ -146,7 +148,7 @@ struct counter_cell {
 struct metric_cell {
   static constexpr std::size_t window = 1024;
   unit kind = unit::nanoseconds;
-  mutable std::mutex mu;
+  mutable xtpu::detail::spin_mutex mu;  // taken by every timed step (ExecuteTime): one exchange
   metric_data data;
   std::size_t next = 0;
   void add_sample(double ns) {

@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -183,38 +184,38 @@ XTPU_RUNTIME_INLINE recorder& recorder::get() {
 class span {
  public:
   span(const char* cat, const char* name, int pid) {  // name read only when tracing (no strlen per kernel)
-    if (!recorder::get().on()) return;
-    active_ = true;
-    cat_ = cat, name_ = name, pid_ = pid;
-    t0_ = clock::now();
+    if (recorder::get().on()) on_.emplace(open{cat, name, {}, pid, clock::now()});
   }
   span(const span&) = delete;
   span& operator=(const span&) = delete;
-  bool active() const noexcept { return active_; }
+  bool active() const noexcept { return on_.has_value(); }
   void rename(std::string name) {
-    if (active_) name_ = std::move(name);
+    if (on_) on_->name = std::move(name);
   }
   void add_args(const std::string& more) {
-    if (active_) args_ += (args_.empty() ? "" : ", ") + more;
+    if (on_) on_->args += (on_->args.empty() ? "" : ", ") + more;
   }
   ~span() {
-    if (active_) end();
+    if (on_) end();
   }
 
  private:
   void end();  // adds the event
-  bool active_ = false;
-  const char* cat_ = "";
-  std::string name_, args_;
-  int pid_ = 0;
-  clock::time_point t0_;
+  struct open {  // while tracing (a span that is not costs a flag: no strings made or freed)
+    const char* cat;
+    std::string name, args;
+    int pid;
+    clock::time_point t0;
+  };
+  std::optional<open> on_;
 };
 #if XTPU_RUNTIME_BODIES  // the runtime's entry points (xtpu/config.hpp)
 XTPU_RUNTIME_INLINE void span::end() {
   auto& r = recorder::get();
   const auto t1 = clock::now();
-  r.add(event{std::move(name_), cat_, 'X', r.since_start_us(t0_), std::chrono::duration<double, std::micro>(t1 - t0_).count(),
-              pid_, r.thread_id(), std::move(args_)});
+  open& o = *on_;
+  r.add(event{std::move(o.name), o.cat, 'X', r.since_start_us(o.t0), std::chrono::duration<double, std::micro>(t1 - o.t0).count(),
+              o.pid, r.thread_id(), std::move(o.args)});
 }
 #endif
 
