@@ -1,7 +1,7 @@
 // xtpu/ids.hpp — numbers unique in the process, without an atomic add for each.
 //
-// Provides: detail::unique_ids<Tag>::take(n): the first of n consecutive numbers >= 1 that no
-// other call with the same Tag returns, on any thread. A thread takes them from one
+// Provides: detail::unique_ids<Tag>::take(n), n >= 1: the first of n consecutive numbers >= 1
+// that no other call with the same Tag returns, on any thread. A thread takes them from one
 // process-wide counter 4096 at a time (more when n is larger), so a number costs a locked
 // instruction only once per chunk — buffer versions (device_buffer) and scalar origins
 // (expr/node.hpp) are taken by every step. Numbers are unique, not ordered across threads.

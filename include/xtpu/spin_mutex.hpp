@@ -5,8 +5,10 @@
 // allocator's, the plan cache's, a timed metric's — guard a few table updates each, and
 // std::mutex's lock and unlock (two locked instructions and ~80 others a pair) were ~5 % of a
 // cached 10-statement step's instructions at nine pairs. A thread that finds it taken spins a
-// little, then yields to the holder (several threads on one lock are the exception: each user
-// thread records its own steps). No errors.
+// little, then yields to the holder. Its holders are short but for one: the plan cache's
+// nearest(), which compares a new graph with every cached one under XTPU_DEBUG or
+// no_recompile_after (a compile, already slow) — other threads' lookups yield meanwhile. No
+// errors.
 #pragma once
 
 #include <atomic>

@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -565,6 +567,7 @@ TEST(Checkpoint, TheOptimizersOptionsAndGroupsAreSavedAndRestored) {
             R"({"beta1":0.9,"beta2":0.99,"eps":1e-08,"lr":0.01,"master_weights":true,"weight_decay":0.05})");
   EXPECT_EQ(f.metadata().at("xtpu.optimizer.no_decay"), R"(["fc1.bias","head.bias"])");
   EXPECT_EQ(f.metadata().at("xtpu.optimizer.lr_scale"), R"({"head.bias":0.5,"head.weight":0.5})");
+  EXPECT_EQ(f.metadata().at("xtpu.optimizer.kind"), "adamw");
 
   // a fresh optimizer with the defaults and no groups gets the file's (as torch's
   // load_state_dict restores param_groups) and goes on bit for bit
@@ -584,13 +587,23 @@ TEST(Checkpoint, TheOptimizersOptionsAndGroupsAreSavedAndRestored) {
   small_mlp c = xtpu::nn::init<small_mlp>(9);
   xtpu::optim::adamw opt_c(c);
   xtpu::io::load(path, c, opt_c);
-  opt_c.groups() = xtpu::optim::parameter_groups(4);
+  opt_c.set_groups(xtpu::optim::parameter_groups(4));
   train(c, opt_c, 2);
   EXPECT_NE(values(c), values(b));
 
+  // set_groups takes groups whole, checked as lr_scale checks a factor
+  auto nan_factor = xtpu::optim::parameter_groups(4);
+  nan_factor.lr_factors[1] = NAN;
+  EXPECT_TRUE(has(error_message<xtpu::error>([&] { opt_c.set_groups(nan_factor); }),
+                  "xtpu: optim: a factor given to set_groups must be finite and >= 0, got nan"));
+  EXPECT_TRUE(has(error_message<xtpu::error>([&] { opt_c.set_groups(xtpu::optim::parameter_groups(3)); }),
+                  "set_groups needs one entry per parameter (4), got 3 decays and 3 factors"));
+  EXPECT_EQ(opt_c.groups().lr_factors, (std::vector<float>{1.0f, 1.0f, 1.0f, 1.0f}));
+
   // a file written before options and groups were saved leaves the optimizer's as they are
   auto meta = f.metadata();
-  for (const char* k : {"xtpu.optimizer.options", "xtpu.optimizer.no_decay", "xtpu.optimizer.lr_scale"}) meta.erase(k);
+  for (const char* k : {"xtpu.optimizer.kind", "xtpu.optimizer.options", "xtpu.optimizer.no_decay", "xtpu.optimizer.lr_scale"})
+    meta.erase(k);
   const std::string older = scratch("older.safetensors").string();
   xtpu::io::write_safetensors(older, f.tensors(), meta);
   small_mlp d = xtpu::nn::init<small_mlp>(9);
@@ -619,8 +632,22 @@ TEST(Checkpoint, OptionsOrGroupsThatDoNotFitAreToldAndChangeNothing) {
   EXPECT_TRUE(has(m, "missing optimizer option nesterov; unexpected optimizer option beta1; unexpected optimizer "
                      "option beta2; unexpected optimizer option eps")) << m;
   EXPECT_TRUE(has(m, "unexpected optimizer.fc1.weight.exp_avg")) << m;
+  EXPECT_TRUE(has(m, "the file's optimizer is adamw, this one sgd")) << m;
   EXPECT_EQ(sgd.options().lr, 0.5f);
   EXPECT_EQ(values(b), before);
+  // Adam's options have AdamW's keys and state, not their meaning (weight decay): the kind tells
+  xtpu::optim::adam adam(b, {.weight_decay = 0.25f});
+  const std::string k = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(path, b, adam); });
+  EXPECT_TRUE(has(k, "does not fit: the file's optimizer is adamw, this one adam")) << k;
+  EXPECT_EQ(adam.options().weight_decay, 0.25f);
+  // options and groups that fit stay unapplied when a tensor does not
+  f32_mlp f32 = xtpu::nn::init<f32_mlp>(2);
+  xtpu::optim::adamw f32_opt(f32, {.lr = 0.75f});
+  f32_opt.lr_scale([](std::string_view n) { return n == "head.bias"; }, 3.0f);
+  const std::string t = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(path, f32, f32_opt); });
+  EXPECT_TRUE(has(t, "fc1.weight is BF16 (8, 4) in the file but F32 (8, 4) in the model")) << t;
+  EXPECT_EQ(f32_opt.options().lr, 0.75f);
+  EXPECT_EQ(f32_opt.groups().lr_factors, (std::vector<float>{1.0f, 1.0f, 1.0f, 3.0f}));
 
   // damaged values: every one named, and nothing of the model or optimizer changes
   auto meta = f.metadata();
@@ -636,8 +663,9 @@ TEST(Checkpoint, OptionsOrGroupsThatDoNotFitAreToldAndChangeNothing) {
   const std::string d = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(bad, c, opt_c); });
   EXPECT_TRUE(has(d, "does not fit: optimizer option lr is true in the file, not a number; optimizer option "
                      "master_weights is 1 in the file, not a bool; unexpected no_decay parameter \"fc9.bias\"; "
-                     "unexpected no_decay parameter 3; lr_scale of fc1.bias is \"x\" in the file, not a factor >= 0; "
-                     "lr_scale of head.weight is -1 in the file, not a factor >= 0; unexpected lr_scale parameter nope"))
+                     "unexpected no_decay parameter 3; lr_scale of \"fc1.bias\" is \"x\" in the file, not a factor "
+                     "lr_scale takes (finite and >= 0); lr_scale of \"head.weight\" is -1 in the file, not a factor "
+                     "lr_scale takes (finite and >= 0); unexpected lr_scale parameter \"nope\""))
       << d;
   EXPECT_EQ(opt_c.options().lr, 0.125f);
   EXPECT_EQ(opt_c.groups().decays, (std::vector<char>{1, 1, 0, 1}));
@@ -647,5 +675,15 @@ TEST(Checkpoint, OptionsOrGroupsThatDoNotFitAreToldAndChangeNothing) {
   meta["xtpu.optimizer.lr_scale"] = "[1, 2";
   xtpu::io::write_safetensors(bad, f.tensors(), meta);
   const std::string e = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(bad, c, opt_c); });
-  EXPECT_TRUE(has(e, "__metadata__ 'xtpu.optimizer.lr_scale' is '[1, 2', not a JSON object")) << e;
+  EXPECT_TRUE(has(e, "__metadata__ 'xtpu.optimizer.lr_scale' is '[1, 2', not JSON: [json.exception.parse_error")) << e;
+  meta["xtpu.optimizer.lr_scale"] = "[1, 2]";
+  xtpu::io::write_safetensors(bad, f.tensors(), meta);
+  const std::string l = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(bad, c, opt_c); });
+  EXPECT_TRUE(has(l, "__metadata__ 'xtpu.optimizer.lr_scale' is '[1, 2]', not a JSON object")) << l;
+  // an option JSON cannot hold fails the save, and the file it would have replaced stays
+  opt.options().weight_decay = std::numeric_limits<float>::infinity();
+  const std::string w = error_message<xtpu::checkpoint_error>([&] { xtpu::io::save(path, a, opt); });
+  EXPECT_TRUE(has(w, "the optimizer option weight_decay is inf, which a checkpoint cannot hold")) << w;
+  EXPECT_EQ(xtpu::io::safetensors_file::read(path).metadata().at("xtpu.optimizer.options"),
+            f.metadata().at("xtpu.optimizer.options"));
 }

@@ -173,7 +173,7 @@ class size_map {
   static constexpr std::size_t npos = ~std::size_t{0};
   std::vector<slot> slots_;  // a power of two in size, at most half used
   std::size_t used_ = 0;
-  std::size_t last_ = npos;  // the slot the last lookup found (a step asks for the same sizes in turn): used
+  std::size_t last_ = npos;  // the slot the last lookup found, always a used one (entries stay; grow() resets it)
 };
 
 /// One emulated chip: its generation, its HBM accounting and its caching allocator.

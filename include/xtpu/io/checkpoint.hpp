@@ -10,8 +10,9 @@
 // ("xtpu.checkpoint": "2"), "xtpu.step", "xtpu.loader.epoch", "xtpu.loader.batch",
 // "xtpu.loader.order" (what loader::describe() said, for loader::resume to check), the
 // optimizer's step counters ("xtpu.optimizer.steps", and per parameter
-// "xtpu.optimizer.step_of" as a JSON list, for Adam's bias correction), its options
-// ("xtpu.optimizer.options": {"lr": 0.01, ...}, each float as its shortest text) and param
+// "xtpu.optimizer.step_of" as a JSON list, for Adam's bias correction), its kind
+// ("xtpu.optimizer.kind": "sgd", "adam", "adamw"), its options ("xtpu.optimizer.options":
+// {"lr": 0.01, ...}, each float as a text that reads back as the same float) and param
 // groups ("xtpu.optimizer.no_decay": the names without weight decay; "xtpu.optimizer.lr_scale":
 // {name: factor} where the factor is not 1), each seed stream of
 // the model ("xtpu.rng." + its nn::for_each_stream name: "[seed, position]", a dropout
@@ -35,9 +36,11 @@
 // Errors: checkpoint_error — safetensors_file's; a user key starting with "xtpu."; a layout
 // other than 1 or 2 (1: written before seed streams were saved); xtpu's keys in a file without
 // a layout key (a damaged checkpoint, not a foreign file); a stream's value that is not
-// two integers >= 0; options or groups that are not a JSON object or list; and one message
-// listing every difference (an option missing, unexpected or of another type, a group's name
-// the model lacks, a factor lr_scale refuses among them):
+// two integers >= 0; options or groups that are not JSON of the right kind (object, list);
+// saving an option that is infinite or NaN (JSON has no such number: nothing is written, so a
+// run whose rate went NaN keeps its last good checkpoint); and one message
+// listing every difference (another kind of optimizer, an option missing, unexpected or of
+// another type, a group's name the model lacks, a factor lr_scale refuses among them):
 // `missing fc2.bias; fc1.weight is F32 (512, 784) in the file but BF16 (512, 784) in the
 // model; unexpected head.scale`. Seed streams are state, not weights: each stream of the model
 // the file has is restored, one it lacks keeps its value, and the file's others are ignored
@@ -45,6 +48,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <cstring>
@@ -139,34 +143,59 @@ Tensor value_of(const safetensors_file& f, const std::string& name) {
 
 template <class Opt>
 concept counts_steps = requires(Opt& o) { o.step_of(std::size_t{0}); };
-/// An optimizer whose options name their fields (optim's options().for_each) and one with
-/// param groups (optim::parameter_groups: per parameter, decay on or off and a rate factor).
+/// An optimizer that names its kind ("adamw"), one whose options name their fields (optim's
+/// options().for_each) and one with param groups (optim::parameter_groups: per parameter,
+/// decay on or off and a rate factor, set whole by set_groups).
+template <class Opt>
+concept has_kind = requires { std::string_view(Opt::kind); };
 template <class Opt>
 concept has_options = requires(Opt& o) { o.options().for_each([](const char*, auto&) {}); };
 template <class Opt>
 concept has_groups = requires(Opt& o, float f) {
-  o.groups().decays[0] = 0;
-  o.groups().lr_factors[0] = f;
+  { o.groups().decays[0] } -> std::convertible_to<bool>;
+  { o.groups().lr_factors[0] } -> std::convertible_to<float>;
   { o.groups().valid_factor(f) } -> std::convertible_to<bool>;
+  o.set_groups(o.groups());
 };
 
-/// JSON whose numbers are float: an option is written as its shortest float text ("0.01") and
-/// read back as that float, bit for bit.
+/// JSON whose numbers are float: an option is written as a float's text ("0.01", grisu2's:
+/// enough digits to read back as that float, bit for bit) and read back with strtof.
 using json_f32 = nlohmann::basic_json<std::map, std::vector, std::string, bool, std::int64_t, std::uint64_t, float>;
 
-/// The optimizer's options as "xtpu.optimizer.options" holds them: {"lr": 0.01, ...}.
+/// A metadata value as JSON of the kind it must be (an object or a list); a damaged one fails
+/// the load with the parser's reason.
+inline json_f32 parsed_json(const std::string& path, const std::string& key, const std::string& text, bool object) {
+  json_f32 j;
+  try {
+    j = json_f32::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    io::detail::fail(path, "__metadata__ '" + key + "' is '" + text + "', not JSON: " + e.what());
+  }
+  if (object ? !j.is_object() : !j.is_array())
+    io::detail::fail(path, "__metadata__ '" + key + "' is '" + text + "', not a JSON " + (object ? "object" : "list"));
+  return j;
+}
+
+/// The optimizer's options as "xtpu.optimizer.options" holds them: {"lr": 0.01, ...}; an
+/// option that is infinite or NaN (which JSON cannot hold) fails the save, before anything is
+/// read or written.
 template <class Options>
-std::string options_text(Options o) {  // (a copy: for_each hands out references)
+std::string options_text(const std::string& path, Options o) {  // (a copy: for_each hands out references)
   json_f32 j = json_f32::object();
-  o.for_each([&](const char* key, const auto& v) { j[key] = v; });
+  o.for_each([&](const char* key, const auto& v) {
+    if constexpr (std::is_floating_point_v<std::remove_cvref_t<decltype(v)>>)
+      if (!std::isfinite(v))
+        io::detail::fail(path, std::string("the optimizer option ") + key + " is " + std::to_string(v) +
+                                   ", which a checkpoint cannot hold (options are saved as JSON numbers)");
+    j[key] = v;
+  });
   return j.dump();
 }
 /// Reads "xtpu.optimizer.options" into o (a copy of the optimizer's): every key o has, of its
 /// type (a bool, or a number), and no other; each difference joins diffs.
 template <class Options>
 void read_options(const std::string& path, const std::string& text, Options& o, std::vector<std::string>& diffs) {
-  const json_f32 j = json_f32::parse(text, nullptr, /*allow_exceptions*/ false);
-  if (!j.is_object()) io::detail::fail(path, "__metadata__ 'xtpu.optimizer.options' is '" + text + "', not a JSON object");
+  const json_f32 j = parsed_json(path, "xtpu.optimizer.options", text, true);
   std::set<std::string> known;
   o.for_each([&](const char* key, auto& v) {
     known.insert(key);
@@ -199,36 +228,30 @@ std::pair<std::string, std::string> groups_text(const std::vector<std::string>& 
 template <class Groups>
 void read_groups(const std::string& path, const std::map<std::string, std::string>& meta,
                  const std::vector<std::string>& names, Groups& g, std::vector<std::string>& diffs) {
-  const auto index = [&](const std::string& name) -> std::size_t {
-    for (std::size_t i = 0; i < names.size(); ++i)
-      if (names[i] == name) return i;
-    return names.size();
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < names.size(); ++i) index.emplace(names[i], i);
+  const auto parameter = [&](const json_f32& name) -> std::optional<std::size_t> {  // a name of the model's
+    if (!name.is_string()) return std::nullopt;
+    const auto it = index.find(name.template get<std::string>());
+    return it == index.end() ? std::nullopt : std::optional<std::size_t>(it->second);
   };
-  const auto parsed = [&](const char* key, bool object) -> std::optional<json_f32> {
-    const auto it = meta.find(key);
-    if (it == meta.end()) return std::nullopt;
-    json_f32 j = json_f32::parse(it->second, nullptr, /*allow_exceptions*/ false);
-    if (object ? !j.is_object() : !j.is_array())
-      io::detail::fail(path, std::string("__metadata__ '") + key + "' is '" + it->second + "', not a JSON " +
-                                 (object ? "object" : "list"));
-    return j;
-  };
-  if (const auto j = parsed("xtpu.optimizer.no_decay", false)) {
+  if (const auto it = meta.find("xtpu.optimizer.no_decay"); it != meta.end()) {
     std::fill(g.decays.begin(), g.decays.end(), 1);
-    for (const auto& name : *j) {
-      const std::size_t i = name.is_string() ? index(name.template get<std::string>()) : names.size();
-      if (i == names.size()) diffs.push_back("unexpected no_decay parameter " + name.dump());
-      else g.decays[i] = 0;
+    for (const auto& name : parsed_json(path, it->first, it->second, false)) {
+      if (const auto i = parameter(name)) g.decays[*i] = 0;
+      else diffs.push_back("unexpected no_decay parameter " + name.dump());
     }
   }
-  if (const auto j = parsed("xtpu.optimizer.lr_scale", true)) {
+  if (const auto it = meta.find("xtpu.optimizer.lr_scale"); it != meta.end()) {
     std::fill(g.lr_factors.begin(), g.lr_factors.end(), 1.0f);
-    for (const auto& item : j->items()) {
-      const std::size_t i = index(item.key());
-      if (i == names.size()) diffs.push_back("unexpected lr_scale parameter " + item.key());
+    const json_f32 factors = parsed_json(path, it->first, it->second, true);  // (items() refers to it)
+    for (const auto& item : factors.items()) {
+      const std::string name = json_f32(item.key()).dump();  // quoted, as no_decay's
+      const auto i = parameter(json_f32(item.key()));
+      if (!i) diffs.push_back("unexpected lr_scale parameter " + name);
       else if (!item.value().is_number() || !g.valid_factor(item.value().template get<float>()))
-        diffs.push_back("lr_scale of " + item.key() + " is " + item.value().dump() + " in the file, not a factor >= 0");
-      else g.lr_factors[i] = item.value().template get<float>();
+        diffs.push_back("lr_scale of " + name + " is " + item.value().dump() + " in the file, not a factor lr_scale takes (finite and >= 0)");
+      else g.lr_factors[*i] = item.value().template get<float>();
     }
   }
 }
@@ -282,7 +305,7 @@ inline std::int64_t to_int(const std::string& text, const std::string& key, cons
 }
 
 /// The file's options for opt (a copy of opt's, read_options), if it has them and opt names its
-/// options; else nothing to assign.
+/// options, else nothing to assign; a kind other than opt's joins diffs.
 template <class Opt>
 auto file_options(const std::string& path, const std::map<std::string, std::string>& meta, Opt* opt,
                   std::vector<std::string>& diffs) {
@@ -290,6 +313,9 @@ auto file_options(const std::string& path, const std::map<std::string, std::stri
     return std::optional<int>();
   } else {
     std::optional<std::remove_cvref_t<decltype(opt->options())>> o;
+    if constexpr (has_kind<Opt>)  // Adam's and AdamW's options have the same keys, not the same meaning
+      if (const auto k = meta.find("xtpu.optimizer.kind"); k != meta.end() && k->second != Opt::kind)
+        diffs.push_back("the file's optimizer is " + k->second + ", this one " + std::string(Opt::kind));
     if (const auto it = meta.find("xtpu.optimizer.options"); it != meta.end()) {
       o = opt->options();
       read_options(path, it->second, *o, diffs);
@@ -313,11 +339,18 @@ auto file_groups(const std::string& path, const std::map<std::string, std::strin
 template <class Model, class Opt>
 void save_impl(const std::string& path, const Model& model, Opt* opt, const checkpoint_info& info,
                const xtpu::source_location& where) {
-  staged out;
-  nn::for_each_parameter(model, [&](const std::string& name, const auto& p) { out.add(name, p); });
   for (const auto& [k, v] : info.user)
     if (k.rfind("xtpu.", 0) == 0) io::detail::fail(path, "the user key '" + k + "' starts with 'xtpu.', which xtpu's own keys use");
   std::map<std::string, std::string> meta = info.user;
+  if constexpr (!std::is_same_v<Opt, void>) {  // (may fail: before anything is staged)
+    if constexpr (has_kind<Opt>) meta["xtpu.optimizer.kind"] = std::string(Opt::kind);
+    if constexpr (has_options<Opt>) meta["xtpu.optimizer.options"] = options_text(path, opt->options());
+    if constexpr (has_groups<Opt>)
+      std::tie(meta["xtpu.optimizer.no_decay"], meta["xtpu.optimizer.lr_scale"]) =
+          groups_text(nn::parameter_names<Model>(), opt->groups());
+  }
+  staged out;
+  nn::for_each_parameter(model, [&](const std::string& name, const auto& p) { out.add(name, p); });
   meta["xtpu.checkpoint"] = "2";
   meta["xtpu.step"] = std::to_string(info.step);
   meta["xtpu.loader.epoch"] = std::to_string(info.loader.epoch);
@@ -338,10 +371,6 @@ void save_impl(const std::string& path, const Model& model, Opt* opt, const chec
       meta["xtpu.optimizer.steps"] = std::to_string(opt->steps());
       meta["xtpu.optimizer.step_of"] = nlohmann::json(steps).dump();
     }
-    if constexpr (has_options<Opt>) meta["xtpu.optimizer.options"] = options_text(opt->options());
-    if constexpr (has_groups<Opt>)
-      std::tie(meta["xtpu.optimizer.no_decay"], meta["xtpu.optimizer.lr_scale"]) =
-          groups_text(nn::parameter_names<Model>(), opt->groups());
   }
   out.read(where);
   write_safetensors(path, out.records, meta);
@@ -467,7 +496,7 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
     }
     if constexpr (has_options<Opt>)
       if (options) opt->options() = *options;
-    if constexpr (has_groups<Opt>) opt->groups() = *groups;
+    if constexpr (has_groups<Opt>) opt->set_groups(*groups);  // (read_groups checked what set_groups checks)
   }
   return info;
 }
@@ -480,7 +509,7 @@ void save(const std::string& path, const Model& model, const checkpoint_info& in
           xtpu::source_location where = xtpu::source_location::current()) {
   detail::save_impl<Model, void>(path, model, nullptr, info, where);
 }
-/// The same, with the optimizer's state and step counters.
+/// The same, with the optimizer's state, step counters, kind, options and param groups.
 template <class Model, optimizer Opt>
 void save(const std::string& path, const Model& model, Opt& opt, const checkpoint_info& info = {},
           xtpu::source_location where = xtpu::source_location::current()) {

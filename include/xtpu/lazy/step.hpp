@@ -948,7 +948,7 @@ class step {
   std::vector<void*> group_out_;
   std::vector<char> group_round_;  // group statement j's float output is rounded to bf16 block by block
   std::vector<void (*)(const bound&, void*, std::size_t, std::size_t)> group_run_;
-  std::vector<std::uint32_t> ext_refs_;            // the same and the step's links to it (find_donatable)
+  std::vector<std::uint32_t> ext_refs_;            // per external tensor: its leaves' count plus the replaced values linking to it
   std::vector<std::uint64_t> external_bytes_;      // per external tensor
   std::vector<char> donatable_;                    // per external tensor
   std::vector<char> live_;                         // per statement, for the planner: outputs_[i] != null

@@ -18,12 +18,14 @@
 // no_decay(pred): the parameters whose name pred accepts take no weight decay (torch's param
 // group of biases and norms with weight_decay 0), the others the options' — the same graph;
 // lr_scale(pred, f): those pred accepts update at f × options().lr (a param group's own lr),
-// a run-time scalar too; groups() holds both (parameter_groups). options().for_each(f) and
-// groups() are what a checkpoint saves with the state and load restores (torch's param_groups).
+// a run-time scalar too; groups() reads both (parameter_groups) and set_groups(g) sets them
+// whole. kind ("sgd", "adam", "adamw"), options().for_each(f) and groups() are what a
+// checkpoint saves with the state and load restores (torch's param_groups).
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
 // module); xtpu::error from sgd's step for Nesterov without momentum or with dampening, and
-// from lr_scale for a factor that is negative, infinite or NaN (nothing set);
+// from lr_scale or set_groups for a factor that is negative, infinite or NaN and from
+// set_groups for one of another size (nothing set);
 // from optimizer_step what mark_step throws (out_of_memory, compilation_error after
 // no_recompile_after: the step stays pending).
 #pragma once
@@ -55,8 +57,12 @@ struct sgd_options {
   /// checkpoint saves and load restores.
   template <class F>
   void for_each(F&& f) {
-    f("lr", lr), f("momentum", momentum), f("dampening", dampening), f("weight_decay", weight_decay);
-    f("nesterov", nesterov), f("master_weights", master_weights);
+    f("lr", lr);
+    f("momentum", momentum);
+    f("dampening", dampening);
+    f("weight_decay", weight_decay);
+    f("nesterov", nesterov);
+    f("master_weights", master_weights);
   }
 };
 
@@ -73,7 +79,11 @@ struct adam_family_options {
   /// load restores.
   template <class F>
   void for_each(F&& f) {
-    f("lr", lr), f("beta1", beta1), f("beta2", beta2), f("eps", eps), f("weight_decay", weight_decay);
+    f("lr", lr);
+    f("beta1", beta1);
+    f("beta2", beta2);
+    f("eps", eps);
+    f("weight_decay", weight_decay);
     f("master_weights", master_weights);
   }
 };
@@ -83,37 +93,52 @@ using adamw_options = adam_family_options<true>;
 /// What no_decay and lr_scale set per parameter (torch's param groups, as run-time scalars, so
 /// setting them changes no graph), in declaration order: decays[i], whether parameter i takes
 /// the options' weight decay (all do until no_decay), and lr_factors[i], the factor its
-/// learning rate is the options' times (1 until lr_scale). An optimizer's groups() (a
-/// checkpoint saves and restores them).
+/// learning rate is the options' times (1 until lr_scale). An optimizer's groups() reads them
+/// and set_groups checks and sets them whole (a checkpoint saves and restores them).
 struct parameter_groups {
   explicit parameter_groups(std::size_t n) : decays(n, 1), lr_factors(n, 1.0f) {}
   /// Whether lr_scale takes factor: finite and >= 0 (NaN is not).
   static bool valid_factor(float factor) noexcept { return factor >= 0.0f && factor <= std::numeric_limits<float>::max(); }
-  /// set(i) for each parameter of model whose name pred accepts; the count of them.
-  template <class Model, class Pred, class Set>
-  std::size_t each_named(Model& model, Pred& pred, Set&& set) {
-    std::size_t i = 0, n = 0;
-    nn::for_each_parameter(model, [&](const std::string& name, auto&) {
-      if (pred(std::string_view(name))) set(i), ++n;
-      ++i;
-    });
-    return n;
-  }
-  template <class Model, class Pred>
-  std::size_t no_decay(Model& model, Pred& pred) {
-    return each_named(model, pred, [&](std::size_t i) { decays[i] = 0; });
-  }
-  template <class Model, class Pred>
-  std::size_t lr_scale(Model& model, Pred& pred, float factor) {
-    if (!valid_factor(factor))
-      throw error("xtpu: optim: lr_scale's factor must be finite and >= 0, got " + std::to_string(factor));
-    return each_named(model, pred, [&](std::size_t i) { lr_factors[i] = factor; });
-  }
-  float decay_of(std::size_t i, float weight_decay) const { return decays[i] ? weight_decay : 0.0f; }
-  float lr_of(std::size_t i, float lr) const { return lr * lr_factors[i]; }  // (x 1 is exact: lr itself)
   std::vector<char> decays;
   std::vector<float> lr_factors;
 };
+
+namespace detail {
+/// The one message of a factor lr_scale or set_groups refuses (`what`: whose factor).
+inline std::string refused_factor(std::string_view what, float factor) {
+  return "xtpu: optim: " + std::string(what) + " must be finite and >= 0, got " + std::to_string(factor);
+}
+/// set(i) for each parameter of model whose name pred accepts; the count of them.
+template <class Model, class Pred, class Set>
+std::size_t each_named(Model& model, Pred& pred, Set&& set) {
+  std::size_t i = 0, n = 0;
+  nn::for_each_parameter(model, [&](const std::string& name, auto&) {
+    if (pred(std::string_view(name))) set(i), ++n;
+    ++i;
+  });
+  return n;
+}
+template <class Model, class Pred>
+std::size_t no_decay(parameter_groups& g, Model& model, Pred& pred) {
+  return each_named(model, pred, [&](std::size_t i) { g.decays[i] = 0; });
+}
+template <class Model, class Pred>
+std::size_t lr_scale(parameter_groups& g, Model& model, Pred& pred, float factor) {
+  if (!parameter_groups::valid_factor(factor)) throw error(refused_factor("lr_scale's factor", factor));
+  return each_named(model, pred, [&](std::size_t i) { g.lr_factors[i] = factor; });
+}
+/// set_groups' check: one entry per parameter in both vectors, every factor one lr_scale takes.
+inline void set_groups(parameter_groups& to, parameter_groups from, std::size_t n) {
+  if (from.decays.size() != n || from.lr_factors.size() != n)
+    throw error("xtpu: optim: set_groups needs one entry per parameter (" + std::to_string(n) + "), got " +
+                std::to_string(from.decays.size()) + " decays and " + std::to_string(from.lr_factors.size()) + " factors");
+  for (const float f : from.lr_factors)
+    if (!parameter_groups::valid_factor(f)) throw error(refused_factor("a factor given to set_groups", f));
+  to = std::move(from);
+}
+inline float decay_of(const parameter_groups& g, std::size_t i, float weight_decay) { return g.decays[i] ? weight_decay : 0.0f; }
+inline float lr_of(const parameter_groups& g, std::size_t i, float lr) { return lr * g.lr_factors[i]; }  // (x 1 is exact)
+}  // namespace detail
 
 namespace detail {
 /// e recorded with no reverse-mode rule: every statement here is an update or a state value,
@@ -270,6 +295,7 @@ void visit_states(Model& model, F& f, std::initializer_list<std::pair<const char
 template <class Model>
 class sgd {
  public:
+  static constexpr std::string_view kind = "sgd";  // a checkpoint's "xtpu.optimizer.kind"
   sgd(Model& model, sgd_options o = {})
       : model_(&model),
         o_(o),
@@ -282,17 +308,18 @@ class sgd {
   /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
   template <class Pred>
   std::size_t no_decay(Pred pred) {
-    return groups_.no_decay(*model_, pred);
+    return detail::no_decay(groups_, *model_, pred);
   }
   /// The parameters pred accepts update at factor × options().lr from now on (torch's param
   /// group with its own lr; a schedule that sets options().lr moves them all); returns how many.
   template <class Pred>
   std::size_t lr_scale(Pred pred, float factor) {
-    return groups_.lr_scale(*model_, pred, factor);
+    return detail::lr_scale(groups_, *model_, pred, factor);
   }
-  /// What no_decay and lr_scale set, per parameter (a checkpoint saves and restores it).
-  parameter_groups& groups() noexcept { return groups_; }
+  /// What no_decay and lr_scale set, per parameter; set_groups replaces it whole (a checkpoint's
+  /// load), xtpu::error for a size other than the parameters' count or a refused factor.
   const parameter_groups& groups() const noexcept { return groups_; }
+  void set_groups(parameter_groups g) { detail::set_groups(groups_, std::move(g), nn::parameter_tensors_v<Model>); }
 
   /// Records the update of every parameter (its statements show `where`'s line).
   void step(xtpu::source_location where = xtpu::source_location::current()) {
@@ -304,8 +331,8 @@ class sgd {
     detail::update_each(*model_, [&](std::size_t i, auto& p) {
       using P_t = std::remove_cvref_t<decltype(p)>;
       const auto w = master_.weight(p, i, o_.master_weights);
-      const auto d = cast<float>(p.grad()) + groups_.decay_of(i, o_.weight_decay) * w;
-      const float lr = groups_.lr_of(i, o_.lr);
+      const auto d = cast<float>(p.grad()) + detail::decay_of(groups_, i, o_.weight_decay) * w;
+      const float lr = detail::lr_of(groups_, i, o_.lr);
       if (o_.momentum == 0.0f) {
         master_.write(p, i, o_.master_weights, w - lr * d);
         return;
@@ -344,6 +371,7 @@ namespace detail {
 template <class Model, class Options, bool Decoupled>
 class adam_family {
  public:
+  static constexpr std::string_view kind = Decoupled ? "adamw" : "adam";  // a checkpoint's "xtpu.optimizer.kind"
   adam_family(Model& model, Options o)
       : model_(&model),
         o_(o),
@@ -358,17 +386,18 @@ class adam_family {
   /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
   template <class Pred>
   std::size_t no_decay(Pred pred) {
-    return groups_.no_decay(*model_, pred);
+    return detail::no_decay(groups_, *model_, pred);
   }
   /// The parameters pred accepts update at factor × options().lr from now on (torch's param
   /// group with its own lr, AdamW's decay p·(1 − lr·wd) at that rate too); returns how many.
   template <class Pred>
   std::size_t lr_scale(Pred pred, float factor) {
-    return groups_.lr_scale(*model_, pred, factor);
+    return detail::lr_scale(groups_, *model_, pred, factor);
   }
-  /// What no_decay and lr_scale set, per parameter (a checkpoint saves and restores it).
-  parameter_groups& groups() noexcept { return groups_; }
+  /// What no_decay and lr_scale set, per parameter; set_groups replaces it whole (a checkpoint's
+  /// load), xtpu::error for a size other than the parameters' count or a refused factor.
   const parameter_groups& groups() const noexcept { return groups_; }
+  void set_groups(parameter_groups g) { detail::set_groups(groups_, std::move(g), nn::parameter_tensors_v<Model>); }
   std::int64_t steps() const noexcept { return counts_->t; }
   std::int64_t& steps() noexcept { return counts_->t; }  // settable: a checkpoint restores it
 
@@ -379,7 +408,7 @@ class adam_family {
     master_.written.keep_for_discard();
     ++counts_->t;
     update_each(*model_, [&](std::size_t i, auto& p) {
-      adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, groups_.lr_of(i, o_.lr), groups_.decay_of(i, o_.weight_decay),
+      adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, detail::lr_of(groups_, i, o_.lr), detail::decay_of(groups_, i, o_.weight_decay),
                   Decoupled);
     });
   }
