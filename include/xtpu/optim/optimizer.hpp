@@ -108,39 +108,61 @@ namespace detail {
 inline std::string refused_factor(std::string_view what, float factor) {
   return "xtpu: optim: " + std::string(what) + " must be finite and >= 0, got " + std::to_string(factor);
 }
-/// set(i) for each parameter of model whose name pred accepts; the count of them.
-template <class Model, class Pred, class Set>
-std::size_t each_named(Model& model, Pred& pred, Set&& set) {
-  std::size_t i = 0, n = 0;
-  nn::for_each_parameter(model, [&](const std::string& name, auto&) {
-    if (pred(std::string_view(name))) set(i), ++n;
-    ++i;
-  });
-  return n;
-}
-template <class Model, class Pred>
-std::size_t no_decay(parameter_groups& g, Model& model, Pred& pred) {
-  return each_named(model, pred, [&](std::size_t i) { g.decays[i] = 0; });
-}
-template <class Model, class Pred>
-std::size_t lr_scale(parameter_groups& g, Model& model, Pred& pred, float factor) {
-  if (!parameter_groups::valid_factor(factor)) throw error(refused_factor("lr_scale's factor", factor));
-  return each_named(model, pred, [&](std::size_t i) { g.lr_factors[i] = factor; });
-}
-/// set_groups' check: one entry per parameter in both vectors, every factor one lr_scale takes.
-inline void set_groups(parameter_groups& to, parameter_groups from, std::size_t n) {
-  if (from.decays.size() != n || from.lr_factors.size() != n)
-    throw error("xtpu: optim: set_groups needs one entry per parameter (" + std::to_string(n) + "), got " +
-                std::to_string(from.decays.size()) + " decays and " + std::to_string(from.lr_factors.size()) + " factors");
-  for (const float f : from.lr_factors)
-    if (!parameter_groups::valid_factor(f)) throw error(refused_factor("a factor given to set_groups", f));
-  to = std::move(from);
-}
-inline float decay_of(const parameter_groups& g, std::size_t i, float weight_decay) { return g.decays[i] ? weight_decay : 0.0f; }
-inline float lr_of(const parameter_groups& g, std::size_t i, float lr) { return lr * g.lr_factors[i]; }  // (x 1 is exact)
-}  // namespace detail
 
-namespace detail {
+/// What every optimizer has: the model it updates (held by address), its param groups and
+/// zero_grad. sgd and adam_family derive from it; the derived step() reads decay_of and lr_of.
+template <class Model>
+class optimizer_base {
+ public:
+  /// The parameters whose name pred(std::string_view) accepts take no weight decay from now on
+  /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
+  template <class Pred>
+  std::size_t no_decay(Pred pred) {
+    return each_named(pred, [&](std::size_t i) { groups_.decays[i] = 0; });
+  }
+  /// The parameters pred accepts update at factor × options().lr from now on (torch's param
+  /// group with its own lr; AdamW's decay p·(1 − lr·wd) takes that rate too; a schedule that
+  /// sets options().lr moves them all); returns how many.
+  template <class Pred>
+  std::size_t lr_scale(Pred pred, float factor) {
+    if (!parameter_groups::valid_factor(factor)) throw error(refused_factor("lr_scale's factor", factor));
+    return each_named(pred, [&](std::size_t i) { groups_.lr_factors[i] = factor; });
+  }
+  /// What no_decay and lr_scale set, per parameter; set_groups replaces it whole (a checkpoint's
+  /// load), xtpu::error for a size other than the parameters' count or a refused factor.
+  const parameter_groups& groups() const noexcept { return groups_; }
+  void set_groups(parameter_groups g) {
+    constexpr std::size_t n = nn::parameter_tensors_v<Model>;
+    if (g.decays.size() != n || g.lr_factors.size() != n)
+      throw error("xtpu: optim: set_groups needs one entry per parameter (" + std::to_string(n) + "), got " +
+                  std::to_string(g.decays.size()) + " decays and " + std::to_string(g.lr_factors.size()) + " factors");
+    for (const float f : g.lr_factors)
+      if (!parameter_groups::valid_factor(f)) throw error(refused_factor("a factor given to set_groups", f));
+    groups_ = std::move(g);
+  }
+  void zero_grad() { nn::zero_grad(*model_); }
+
+ protected:
+  explicit optimizer_base(Model& model) : model_(&model), groups_(nn::parameter_tensors_v<Model>) {}
+  /// Parameter i's weight decay and learning rate, given the options' (× 1 is exact).
+  float decay_of(std::size_t i, float weight_decay) const { return groups_.decays[i] ? weight_decay : 0.0f; }
+  float lr_of(std::size_t i, float lr) const { return lr * groups_.lr_factors[i]; }
+  Model* model_;
+
+ private:
+  /// set(i) for each parameter whose name pred accepts; the count of them.
+  template <class Pred, class Set>
+  std::size_t each_named(Pred& pred, Set&& set) {
+    std::size_t i = 0, n = 0;
+    nn::for_each_parameter(*model_, [&](const std::string& name, auto&) {
+      if (pred(std::string_view(name))) set(i), ++n;
+      ++i;
+    });
+    return n;
+  }
+  parameter_groups groups_;
+};
+
 /// e recorded with no reverse-mode rule: every statement here is an update or a state value,
 /// recorded under no_grad, so none is compiled (lazy/grad.hpp's tensor_access::untaped).
 template <class E>
@@ -293,33 +315,16 @@ void visit_states(Model& model, F& f, std::initializer_list<std::pair<const char
 /// b = d on the first step, else μ·b + (1 − dampening)·d, and d = b (or d + μ·b, Nesterov);
 /// p = p − lr·d.
 template <class Model>
-class sgd {
+class sgd : public detail::optimizer_base<Model> {
  public:
   static constexpr std::string_view kind = "sgd";  // a checkpoint's "xtpu.optimizer.kind"
   sgd(Model& model, sgd_options o = {})
-      : model_(&model),
+      : detail::optimizer_base<Model>(model),
         o_(o),
         momentum_(nn::parameter_tensors_v<Model>),
-        master_(nn::parameter_tensors_v<Model>),
-        groups_(nn::parameter_tensors_v<Model>) {}
+        master_(nn::parameter_tensors_v<Model>) {}
   sgd_options& options() noexcept { return o_; }
   const sgd_options& options() const noexcept { return o_; }
-  /// The parameters whose name pred(std::string_view) accepts take no weight decay from now on
-  /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
-  template <class Pred>
-  std::size_t no_decay(Pred pred) {
-    return detail::no_decay(groups_, *model_, pred);
-  }
-  /// The parameters pred accepts update at factor × options().lr from now on (torch's param
-  /// group with its own lr; a schedule that sets options().lr moves them all); returns how many.
-  template <class Pred>
-  std::size_t lr_scale(Pred pred, float factor) {
-    return detail::lr_scale(groups_, *model_, pred, factor);
-  }
-  /// What no_decay and lr_scale set, per parameter; set_groups replaces it whole (a checkpoint's
-  /// load), xtpu::error for a size other than the parameters' count or a refused factor.
-  const parameter_groups& groups() const noexcept { return groups_; }
-  void set_groups(parameter_groups g) { detail::set_groups(groups_, std::move(g), nn::parameter_tensors_v<Model>); }
 
   /// Records the update of every parameter (its statements show `where`'s line).
   void step(xtpu::source_location where = xtpu::source_location::current()) {
@@ -328,11 +333,11 @@ class sgd {
       throw error("xtpu: optim::sgd: Nesterov momentum needs momentum > 0 and dampening 0 (momentum " +
                   std::to_string(o_.momentum) + ", dampening " + std::to_string(o_.dampening) + ")");
     master_.written.keep_for_discard();
-    detail::update_each(*model_, [&](std::size_t i, auto& p) {
+    detail::update_each(*this->model_, [&](std::size_t i, auto& p) {
       using P_t = std::remove_cvref_t<decltype(p)>;
       const auto w = master_.weight(p, i, o_.master_weights);
-      const auto d = cast<float>(p.grad()) + detail::decay_of(groups_, i, o_.weight_decay) * w;
-      const float lr = detail::lr_of(groups_, i, o_.lr);
+      const auto d = cast<float>(p.grad()) + this->decay_of(i, o_.weight_decay) * w;
+      const float lr = this->lr_of(i, o_.lr);
       if (o_.momentum == 0.0f) {
         master_.write(p, i, o_.master_weights, w - lr * d);
         return;
@@ -345,59 +350,38 @@ class sgd {
       momentum_.set(i, b);
     });
   }
-  void zero_grad() { nn::zero_grad(*model_); }
-
   /// f(name, tensor<float, shape>&) for each state tensor, named as the parameter plus torch's
   /// key ("fc1.weight.momentum_buffer"; "fc1.weight.master" for a bf16 parameter's f32 copy),
   /// zeros where there is none yet; what f assigns becomes the state (checkpoints).
   template <class F>
   void for_each_state(F&& f) {
-    detail::visit_states(*model_, f, {{"momentum_buffer", &momentum_}}, master_);
+    detail::visit_states(*this->model_, f, {{"momentum_buffer", &momentum_}}, master_);
   }
   /// Whether parameter i holds any state (a momentum buffer, a master copy): none before its
   /// first update — a frozen parameter's, for good (a checkpoint leaves its entries out).
   bool holds_state(std::size_t i) const { return momentum_.has(i) || master_.copies.has(i); }
 
  private:
-  Model* model_;
   sgd_options o_;
   detail::state_slots momentum_;
   detail::master_weights master_;
-  parameter_groups groups_;
 };
 
 namespace detail {
 /// Adam and AdamW: the same moments; Decoupled says where the weight decay goes.
 template <class Model, class Options, bool Decoupled>
-class adam_family {
+class adam_family : public optimizer_base<Model> {
  public:
   static constexpr std::string_view kind = Decoupled ? "adamw" : "adam";  // a checkpoint's "xtpu.optimizer.kind"
   adam_family(Model& model, Options o)
-      : model_(&model),
+      : optimizer_base<Model>(model),
         o_(o),
         m_(nn::parameter_tensors_v<Model>),
         v_(nn::parameter_tensors_v<Model>),
         master_(nn::parameter_tensors_v<Model>),
-        groups_(nn::parameter_tensors_v<Model>),
         counts_(counts{0, std::vector<std::int64_t>(nn::parameter_tensors_v<Model>, 0)}) {}
   Options& options() noexcept { return o_; }
   const Options& options() const noexcept { return o_; }
-  /// The parameters whose name pred(std::string_view) accepts take no weight decay from now on
-  /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
-  template <class Pred>
-  std::size_t no_decay(Pred pred) {
-    return detail::no_decay(groups_, *model_, pred);
-  }
-  /// The parameters pred accepts update at factor × options().lr from now on (torch's param
-  /// group with its own lr, AdamW's decay p·(1 − lr·wd) at that rate too); returns how many.
-  template <class Pred>
-  std::size_t lr_scale(Pred pred, float factor) {
-    return detail::lr_scale(groups_, *model_, pred, factor);
-  }
-  /// What no_decay and lr_scale set, per parameter; set_groups replaces it whole (a checkpoint's
-  /// load), xtpu::error for a size other than the parameters' count or a refused factor.
-  const parameter_groups& groups() const noexcept { return groups_; }
-  void set_groups(parameter_groups g) { detail::set_groups(groups_, std::move(g), nn::parameter_tensors_v<Model>); }
   std::int64_t steps() const noexcept { return counts_->t; }
   std::int64_t& steps() noexcept { return counts_->t; }  // settable: a checkpoint restores it
 
@@ -407,20 +391,17 @@ class adam_family {
     counts_.keep_for_discard();
     master_.written.keep_for_discard();
     ++counts_->t;
-    update_each(*model_, [&](std::size_t i, auto& p) {
-      adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, detail::lr_of(groups_, i, o_.lr), detail::decay_of(groups_, i, o_.weight_decay),
-                  Decoupled);
+    update_each(*this->model_, [&](std::size_t i, auto& p) {
+      adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, this->lr_of(i, o_.lr), this->decay_of(i, o_.weight_decay), Decoupled);
     });
   }
-  void zero_grad() { nn::zero_grad(*model_); }
-
   /// f(name, tensor<float, shape>&) for each state tensor: "fc1.weight.exp_avg", ".exp_avg_sq"
   /// (torch's keys), ".master" for a bf16 parameter's f32 copy; zeros where there is none yet;
   /// what f assigns becomes the state (checkpoints). step_of(i): parameter i's updates (torch's
   /// state['step']), settable for the same reason.
   template <class F>
   void for_each_state(F&& f) {
-    visit_states(*model_, f, {{"exp_avg", &m_}, {"exp_avg_sq", &v_}}, master_);
+    visit_states(*this->model_, f, {{"exp_avg", &m_}, {"exp_avg_sq", &v_}}, master_);
   }
   std::int64_t& step_of(std::size_t i) { return counts_->of.at(i); }
   /// Whether parameter i holds any state (moments, a master copy): none before its first
@@ -428,11 +409,9 @@ class adam_family {
   bool holds_state(std::size_t i) const { return m_.has(i) || v_.has(i) || master_.copies.has(i); }
 
  private:
-  Model* model_;
   Options o_;
   state_slots m_, v_;
   master_weights master_;
-  parameter_groups groups_;
   struct counts {
     std::int64_t t;                // step() calls
     std::vector<std::int64_t> of;  // per parameter: the updates it took (torch's state['step'])
