@@ -430,16 +430,19 @@ TEST(Mxu, TransposedOperandsSmallRowsAndCachedPackingOnEveryPath) {
 // A weight read again by a product of at most small_rows_max rows (batch-1 inference) is
 // cached on the FMA paths as bf16 bits, half the bytes (mxu::detail::packs_half), and widened
 // in the kernel (the avx512bf16 path caches its pairs and runs its strips): the same bits as
-// the reference on every path and thread count — whole and partial panels, K across k blocks
-// (256 per block), f32 and bf16 weights.
+// the reference on every path and thread count — whole and partial panels, K within and past a
+// k block of 256 (packed per call; a half packing holds all of K in one, half_blocking), f32 and
+// bf16 weights.
 TEST(Mxu, HalfPackedWeightsOfSmallRowProductsGiveTheSameBits) {
   using xtpu::mxu::detail::packs_half;
-  EXPECT_TRUE(packs_half(isa::avx512, 1, 512));
-  EXPECT_TRUE(packs_half(isa::avx2, 5, 13));
-  EXPECT_FALSE(packs_half(isa::avx512, 6, 512));   // the 12-row tiles read f32 slots
-  EXPECT_FALSE(packs_half(isa::avx512, 1, 16));    // narrow: its own kernel
-  EXPECT_FALSE(packs_half(isa::avx512bf16, 1, 512));  // its pairs are 2 bytes a value already
-  EXPECT_FALSE(packs_half(isa::scalar, 1, 512));
+  using xtpu::mxu::detail::few_rows;
+  EXPECT_TRUE(few_rows(5));
+  EXPECT_FALSE(few_rows(6));                     // the 12-row tiles read f32 slots
+  EXPECT_TRUE(packs_half(isa::avx512, true));
+  EXPECT_TRUE(packs_half(isa::avx2, true));      // of any width: a narrow one too (blocking_of)
+  EXPECT_FALSE(packs_half(isa::avx2, false));
+  EXPECT_FALSE(packs_half(isa::avx512bf16, true));  // its pairs are 2 bytes a value already
+  EXPECT_FALSE(packs_half(isa::scalar, true));
   // a batch-1 forward's products split by the weights they stream (M 1, N 512, K 784 below
   // runs on 2 threads by columns, each on its own panels of the cached packing); its head does not
   using xtpu::mxu::detail::threads_for;
@@ -596,17 +599,20 @@ TEST(Mxu, NarrowOutputsRunTransposedWithTheSameBits) {
 }
 
 // The narrow kernels (N <= 16 on AVX-512, <= 12 on AVX2: 4 or 2 rows x 4 columns per vector,
-// mxu::detail::blocking_of): every width 1..17 across the chunk counts, rows in one group, a partial panel
-// and several panels, K within and across a k block and its 16-slot blocks, A contiguous (f32
+// mxu::detail::blocking_of): every width 1..17 across the chunk counts, rows in one group (a
+// panel's last), a partial panel and several panels, 1 and 5 rows (few rows: the small-rows
+// kernels on one padded panel instead), K within and across a k block and its 16-slot blocks, A contiguous (f32
 // and bf16) and transposed, B packed per call and from the packed-operand cache, C inside a
 // wider buffer, on every path and 1-2 threads — the same bits as the reference, and the
 // epilogue sees each element once, after the product.
 TEST(Mxu, NarrowKernelsMatchTheReference) {
   std::mt19937 rng(77);
-  EXPECT_TRUE(xtpu::mxu::detail::blocking_of(isa::avx512, 16).narrow);
-  EXPECT_FALSE(xtpu::mxu::detail::blocking_of(isa::avx512, 17).narrow);
-  EXPECT_TRUE(xtpu::mxu::detail::blocking_of(isa::avx2, 12).narrow);
-  EXPECT_FALSE(xtpu::mxu::detail::blocking_of(isa::avx2, 13).narrow);
+  using xtpu::mxu::detail::blocking_of;
+  EXPECT_TRUE(blocking_of(isa::avx512, 16, false).narrow);
+  EXPECT_FALSE(blocking_of(isa::avx512, 17, false).narrow);
+  EXPECT_TRUE(blocking_of(isa::avx2, 12, false).narrow);
+  EXPECT_FALSE(blocking_of(isa::avx2, 13, false).narrow);
+  EXPECT_FALSE(blocking_of(isa::avx2, 12, true).narrow);  // few rows: the small-rows kernels, one padded panel
   auto& cache = xtpu::mxu::detail::packed_cache::instance();
   cache.clear();
   const std::size_t hits = cache.hits();

@@ -1440,13 +1440,18 @@ inline void tile(isa path, const blocking& bk, std::size_t kc, const void* ap, c
     for (std::size_t i = 0; i < mr; ++i) std::memcpy(c + i * ldc, local + i * bk.nr, nr * sizeof(float));
 }
 
-/// The blocking of a pass of N columns on `path`. A narrow output (N <= 16 on AVX-512, <= 12
-/// on AVX2) takes the narrow kernel: nr is N rounded up to whole chunks of 4 columns, mr as
-/// many groups of rows as the registers hold, and an M block is one panel (A is read once:
-/// packed, then multiplied while in L1).
-inline blocking blocking_of(isa path, std::size_t N) noexcept {
+/// Whether a product of M rows is one the small-rows kernels run whole (a batch-1 forward).
+constexpr bool few_rows(std::size_t M) noexcept { return M <= small_rows_max; }
+
+/// The blocking of a pass of N columns on `path` (few_rows: of few_rows(M) rows). A narrow output
+/// (N <= 16 on AVX-512, <= 12 on AVX2) of more rows takes the narrow kernel: nr is N rounded
+/// up to whole chunks of 4 columns, mr as many groups of rows as the registers hold, and an M
+/// block is one panel (A is read once: packed, then multiplied while in L1). Of few rows it
+/// takes the small-rows kernels on one padded panel: a group of R rows would leave all but
+/// one row of each chunk padding, and B repeated R times would stream R times the bytes.
+inline blocking blocking_of(isa path, std::size_t N, bool few_rows) noexcept {
   blocking bk = blocking_for(path);
-  if (!((path == isa::avx512 && N <= 16) || (path == isa::avx2 && N <= 12))) return bk;
+  if (few_rows || !((path == isa::avx512 && N <= 16) || (path == isa::avx2 && N <= 12))) return bk;
   bk.nr = (N + 3) / 4 * 4;
   bk.chunk = group_rows(path);
   if (path == isa::avx512) bk.mr = bk.nr <= 12 ? 32 : 24;  // 8 or 6 groups (registers: 32 zmm)
@@ -1480,21 +1485,30 @@ inline void pack_b_block(isa path, const blocking& bk, const matrix_view& b, std
   pack_b(path, b, p0, kc, j0, nc, bk.nr, path == isa::avx512bf16, out);
 }
 
-inline void pack_b_whole(isa path, const matrix_view& b, std::size_t K, std::size_t N, float* out) noexcept {
-  const blocking bk = blocking_of(path, N);
+inline void pack_b_whole(isa path, const blocking& bk, const matrix_view& b, std::size_t K, std::size_t N,
+                         float* out) noexcept {
   const bool pairs = path == isa::avx512bf16;
   const packed_layout l(bk, pairs, K, N);
   for (std::size_t pc = 0; pc < K; pc += bk.kc) pack_b_block(path, bk, b, pc, std::min(bk.kc, K - pc), 0, N, out + (pc / bk.kc) * l.block_floats);
 }
 
-/// Whether a cached packing of B (K, N) for a product of M rows keeps bf16 bits (2 bytes a
-/// value) rather than f32 slots: when the small-rows kernels read it (a batch-1 forward, M <=
-/// small_rows_max, not narrow, FMA paths). Such a product reads each weight once per call, so
-/// it runs at the speed B streams from cache: half the bytes (the 784-512-512-10 MLP's
-/// weights, 1.3 MB, fit a 2 MB L2 where 2.6 MB did not). The values are bf16 already (packing
-/// rounds them), so widening them back in the kernel is exact: the same bits.
-inline bool packs_half(isa path, std::size_t M, std::size_t N) noexcept {
-  return (path == isa::avx512 || path == isa::avx2) && M <= small_rows_max && !blocking_of(path, N).narrow;
+/// Whether a cached packing of B for a product of few rows (few_rows) keeps bf16 bits (2 bytes
+/// a value) rather than f32 slots: when the small-rows kernels read it (a batch-1 forward, FMA
+/// paths). Such a product reads each weight once per call, so it runs at the speed B streams
+/// from cache: half the bytes (the 784-512-512-10 MLP's weights, 2.6 MB as f32, are 1.3 MB).
+/// The values are bf16 already (packing rounds them), so widening them back in the kernel is
+/// exact: the same bits.
+inline bool packs_half(isa path, bool few_rows) noexcept {
+  return (path == isa::avx512 || path == isa::avx2) && few_rows;
+}
+
+/// The blocking of a half packing (packs_half) of B (K, N): all of K in one block, so that the
+/// small-rows kernels keep their accumulators in registers from the first k to the last (on
+/// AVX2 the seeds' batch-1 forward took 19.4 us in blocks of 256, 18.5 in one).
+inline blocking half_blocking(isa path, std::size_t K, std::size_t N) noexcept {
+  blocking bk = blocking_of(path, N, true);
+  bk.kc = K;
+  return bk;
 }
 
 /// A B operand packed whole by pack_b_whole (a cached operand): f32 slots, or (packs_half)
@@ -1506,15 +1520,15 @@ struct packed_b {
 };
 
 /// One thread's share: rows [m0, m1) x cols [n0, n1) of C (N columns in all), all of K, in k
-/// order. packed: B packed whole (a cached operand), else packed here.
-inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc,
-                        std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K, std::size_t N,
-                        const epilogue* ep, packed_b packed) {
-  const blocking bk = blocking_of(path, N);
+/// order, blocked as bk (the whole product's). packed: B packed whole (a cached operand), else
+/// packed here.
+inline void pass_region(isa path, const blocking& bk, const matrix_view& a, const matrix_view& b, float* c,
+                        std::size_t ldc, std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t K,
+                        std::size_t N, const epilogue* ep, packed_b packed) {
   const bool pairs = path == isa::avx512bf16;
   thread_local std::vector<float> abuf, bbuf;  // 4-byte slots: f32 values or bf16 pairs
   const std::size_t kc_max = std::min(bk.kc, K + (K & 1));
-  kernels::detail::grown(abuf, ((bk.mc + bk.mr - 1) / bk.mr) * bk.mr * kc_max);
+  kernels::detail::grown(abuf, ((std::min(bk.mc, m1 - m0) + bk.mr - 1) / bk.mr) * bk.mr * kc_max);  // an M block's panels
   if (!packed) kernels::detail::grown(bbuf, ((std::min(bk.nc, n1 - n0) + bk.nr - 1) / bk.nr) * bk.b_width() * kc_max);
   const std::size_t block_floats = packed ? packed_layout(bk, pairs, K, N).block_floats : 0;
   // a half packing is read by the small-rows kernels only (packs_half chose it for them)
@@ -1563,7 +1577,7 @@ inline void pass_region(isa path, const matrix_view& a, const matrix_view& b, fl
 #else
         constexpr bool small_rows = false;
 #endif
-          pack_a(path, a, ic, mc, pc, kc, small_rows && pairs ? mc : bk.mr, pairs, abuf.data());  // (a strip: no padding rows)
+          pack_a(path, a, ic, mc, pc, kc, small_rows ? mc : bk.mr, pairs, abuf.data());  // (a strip: no padding rows)
 #if XTPU_X86
         if (small_rows) strip(mc, abuf.data(), c + ic * ldc + jc);
 #endif
@@ -1624,8 +1638,9 @@ inline isa kernel_path(isa path, std::size_t N) noexcept {
 /// latest version's (versions are unique: another one means other values), so a new version
 /// retires the old one's sighting or packed copy at once. Bounded: packed entries go least
 /// recently used first beyond `limit_bytes`, sightings oldest first beyond `max_sightings`
-/// slots (a deep model's weights, hundreds a step, are all remembered). An entry keeps f32
-/// slots, or bf16 bits when key::half (packs_half).
+/// slots (a deep model's weights, hundreds a step, are all remembered). An entry is laid out
+/// f32 slots as blocking_of says, or for a product of few rows on the FMA paths (key::half,
+/// packs_half) the small-rows layout in bf16 bits.
 class packed_cache {
  public:
   struct key {
@@ -1741,10 +1756,11 @@ class packed_cache {
   }
   /// k's operand packed whole (outside the lock: the packing is the slow part).
   static std::shared_ptr<const operand> pack(const key& k, const matrix_view& b) {
-    const blocking bk = blocking_of(k.path, k.N);
+    // (a key not half is of many rows on the FMA paths; off them few_rows changes nothing)
+    const blocking bk = k.half ? half_blocking(k.path, k.K, k.N) : blocking_of(k.path, k.N, false);
     auto packed = std::make_shared<operand>();
     packed->f32.resize(packed_layout(bk, k.path == isa::avx512bf16, k.K, k.N).total);
-    pack_b_whole(k.path, b, k.K, k.N, packed->f32.data());
+    pack_b_whole(k.path, bk, b, k.K, k.N, packed->f32.data());
     if (k.half) {  // every value is bf16 already (mxu_operand): its top half is all of it
       packed->half_storage.resize(packed->f32.size() + 32);
       void* base = packed->half_storage.data();
@@ -1785,23 +1801,24 @@ inline int threads_for(std::size_t M, std::size_t N, std::size_t K, int threads)
 inline void pass_blocked(const matrix_view& a, const matrix_view& b, float* c, std::size_t ldc, std::size_t M,
                          std::size_t N, std::size_t K, isa path, int threads, const epilogue* ep,
                          std::uint64_t b_version) {
-  const blocking bk = blocking_of(path, N);
+  blocking bk = blocking_of(path, N, few_rows(M));
   // split the longer of M and N into whole micro-tiles; never split K
   int t = threads_for(M, N, K, threads);
   const bool split_n = N / bk.nr >= M / bk.mr;
   const std::size_t units = split_n ? (N + bk.nr - 1) / bk.nr : (M + bk.mr - 1) / bk.mr;
   t = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(std::max(t, 1)), units));
   std::shared_ptr<const packed_cache::operand> packed;
-  if (b_version != 0)
-    packed = packed_cache::instance().get({b.data, b_version, b.rs, b.cs, K, N, b.bf16, path, packs_half(path, M, N)}, b);
+  const bool half = packs_half(path, few_rows(M));
+  if (b_version != 0) packed = packed_cache::instance().get({b.data, b_version, b.rs, b.cs, K, N, b.bf16, path, half}, b);
+  if (packed && half) bk = half_blocking(path, K, N);  // (no other blocking of the product depends on kc)
   const packed_b pb = packed ? packed->view() : packed_b{};
   kernels::detail::thread_pool::instance().run(t, [&](int i) {
     const std::size_t u0 = units * static_cast<std::size_t>(i) / static_cast<std::size_t>(t),
                       u1 = units * static_cast<std::size_t>(i + 1) / static_cast<std::size_t>(t);
     if (split_n)
-      pass_region(path, a, b, c, ldc, 0, M, u0 * bk.nr, std::min(N, u1 * bk.nr), K, N, ep, pb);
+      pass_region(path, bk, a, b, c, ldc, 0, M, u0 * bk.nr, std::min(N, u1 * bk.nr), K, N, ep, pb);
     else
-      pass_region(path, a, b, c, ldc, u0 * bk.mr, std::min(M, u1 * bk.mr), 0, N, K, N, ep, pb);
+      pass_region(path, bk, a, b, c, ldc, u0 * bk.mr, std::min(M, u1 * bk.mr), 0, N, K, N, ep, pb);
   });
 }
 }  // namespace detail
