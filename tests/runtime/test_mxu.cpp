@@ -432,7 +432,7 @@ TEST(Mxu, TransposedOperandsSmallRowsAndCachedPackingOnEveryPath) {
 // in the kernel (the avx512bf16 path caches its pairs and runs its strips): the same bits as
 // the reference on every path and thread count — whole and partial panels, K within and past a
 // k block of 256 (packed per call; a half packing holds all of K in one, half_blocking), f32 and
-// bf16 weights.
+// bf16 weights, contiguous and read transposed.
 TEST(Mxu, HalfPackedWeightsOfSmallRowProductsGiveTheSameBits) {
   using xtpu::mxu::detail::packs_half;
   using xtpu::mxu::detail::few_rows;
@@ -462,11 +462,14 @@ TEST(Mxu, HalfPackedWeightsOfSmallRowProductsGiveTheSameBits) {
         auto a = random_matrix(M * K, rng, false), b = random_matrix(K * N, rng, N == 40);
         std::vector<std::uint16_t> bb(K * N);
         for (std::size_t i = 0; i < bb.size(); ++i) bb[i] = xtpu::bf16(b[i]).bits();
-        const bool stored_bf16 = K == 300;
+        const bool stored_bf16 = K == 300, transposed = K == 784 && N == 70;  // (K, N) read from b^T (N, K)
         if (stored_bf16)
           for (auto& x : b) x = float(xtpu::bf16(x));
-        const xtpu::mxu::matrix_view bv = stored_bf16 ? xtpu::mxu::matrix_view{bb.data(), true, N, 1}
-                                                      : xtpu::mxu::matrix_view{b.data(), false, N, 1};
+        std::vector<float> bt(transposed ? K * N : 0);
+        for (std::size_t i = 0; i < bt.size(); ++i) bt[(i % N) * K + i / N] = b[i];
+        const xtpu::mxu::matrix_view bv = stored_bf16  ? xtpu::mxu::matrix_view{bb.data(), true, N, 1}
+                                          : transposed ? xtpu::mxu::matrix_view{bt.data(), false, 1, K}
+                                                       : xtpu::mxu::matrix_view{b.data(), false, N, 1};
         const auto want = reference(a, b, M, N, K);
         for (isa p : paths())
           for (int threads : {1, 2}) {
