@@ -18,8 +18,9 @@
 //     threads split M or N, never K;
 //   * a narrow output from a transposed a (detail::runs_transposed) is computed as
 //     c^T = b^T a^T: each element the same fma chain, operands the other way round;
-//   * other outputs at most 16 wide (AVX-512) or 12 wide (AVX2) run a narrow kernel (4 or 2
-//     rows x 4 columns per vector): only the lanes change, each element is the same fma chain.
+//   * other outputs at most 16 wide (AVX-512) or 12 wide (AVX2) of more than five rows run a
+//     narrow kernel (4 or 2 rows x 4 columns per vector): only the lanes change, each element
+//     is the same fma chain.
 #pragma once
 
 #include <algorithm>
@@ -912,7 +913,7 @@ inline void pack_a_groups(isa path, const matrix_view& a, std::size_t i0, std::s
     if (a.cs == 1) {
       const void* src = a.data;
       std::size_t from = (i0 + i) * a.rs + p0, row = a.rs;
-      if (i + R > mc) {  // (a batch-1 forward): its rows copied as stored, then zeros (converted to zeros)
+      if (i + R > mc) {  // (a block's last rows): its rows copied as stored, then zeros (converted to zeros)
         const std::size_t size = a.bf16 ? 2 : 4;
         part.assign((R * kc * size + 3) / 4, 0.0f);
         for (std::size_t r = 0; i + r < mc; ++r)
@@ -1387,7 +1388,7 @@ __attribute__((target("avx512f"))) inline void micro_narrow_avx512(std::size_t k
     }
 }
 
-/// A narrow tile: one group (rows <= bk.chunk, a batch-1 forward) or the whole panel of bk.mr rows.
+/// A narrow tile: one group (rows <= bk.chunk, a panel's last rows) or the whole panel of bk.mr rows.
 inline void micro_narrow(isa path, const blocking& bk, bool one_group, std::size_t kc, const float* a, const float* b,
                          float* c, std::size_t ldc, bool first, std::size_t cols) noexcept {
 #define XTPU_NARROW(K, G, Q) \
@@ -1505,9 +1506,11 @@ inline bool packs_half(isa path, bool few_rows) noexcept {
 /// The blocking of a half packing (packs_half) of B (K, N): all of K in one block, so that the
 /// small-rows kernels keep their accumulators in registers from the first k to the last (on
 /// AVX2 the seeds' batch-1 forward took 19.4 us in blocks of 256, 18.5 in one).
+/// Capped at 2048 values of k (an even count: blocks keep the pair order), so that A's strip,
+/// 1..5 rows of kc floats, stays within 40 KB.
 inline blocking half_blocking(isa path, std::size_t K, std::size_t N) noexcept {
   blocking bk = blocking_of(path, N, true);
-  bk.kc = K;
+  bk.kc = std::min<std::size_t>(K, 2048);
   return bk;
 }
 
@@ -1623,7 +1626,8 @@ inline bool runs_transposed(isa path, const matrix_view& a, std::size_t M, std::
 
 /// The path pass() runs: `path`, except that the avx512bf16 path, whose kernels are 12 x 32
 /// tiles and 1..5-row strips of 32 columns of vdpbf16ps, hands a narrow output (N <= 16) to
-/// the avx512 path, whose narrow kernels pad less. The two paths give the same bits
+/// the avx512 path, whose narrow kernels pad less (of few rows, its small-rows kernels on a
+/// half packing, with the strips' padding but half their bytes per value). The two paths give the same bits
 /// (docs/mxu.md), so this only moves time: measured on Zen 5, 128x512x10 13.2 us on avx512 vs
 /// 15.8 on vdpbf16ps.
 inline isa kernel_path(isa path, std::size_t N) noexcept {
