@@ -2,7 +2,8 @@
 // pre-norm transformer layers (multi-head self-attention with a causal mask, a GELU
 // feed-forward) and its final layer norm (nn::transformer_encoder), and a head to the
 // vocabulary, trained by cross_entropy + AdamW (no weight decay on biases and norms:
-// no_decay; the embeddings at half the rate: lr_scale) with a warm-up and a cosine learning rate to
+// no_decay; the embeddings at half the rate: lr_scale; the head with AdamW's beta2 at 0.98:
+// param_group) with a warm-up and a cosine learning rate to
 // predict each next token of sequences t[i+1] = (t[i] + t[i-1]) mod 16 — a rule that needs the
 // two previous tokens, so attention must look back. Parameters carry torch's names
 // ("encoder.layers.0.self_attn.in_proj_weight"). Self-checking: exits non-zero unless the loss
@@ -64,6 +65,10 @@ int main() {
   const std::size_t slower =
       opt.lr_scale([](std::string_view name) { return name.starts_with("tok") || name.starts_with("pos"); }, 0.5f);
   std::printf("%zu tensors at half the rate (the embeddings)\n", slower);
+  // the head with a beta2 of its own (torch's param group with its own betas): a run-time
+  // scalar like the rate, so the same compiled step
+  const std::size_t own = opt.param_group([](std::string_view name) { return name.starts_with("head"); }, {.beta2 = 0.98f});
+  std::printf("%zu tensors with beta2 0.98 (the head)\n", own);
 
   constexpr int steps = 300;
   const xtpu::optim::warmup_cosine schedule{.base = 3e-3f, .warmup = 20, .total = steps};

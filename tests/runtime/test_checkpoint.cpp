@@ -687,3 +687,85 @@ TEST(Checkpoint, OptionsOrGroupsThatDoNotFitAreToldAndChangeNothing) {
   EXPECT_EQ(xtpu::io::safetensors_file::read(path).metadata().at("xtpu.optimizer.options"),
             f.metadata().at("xtpu.optimizer.options"));
 }
+
+TEST(Checkpoint, ParamGroupValuesAreSavedRestoredAndChecked) {
+  small_mlp a = xtpu::nn::init<small_mlp>(8);
+  xtpu::optim::sgd opt(a, {.lr = 0.05f, .momentum = 0.9f});
+  EXPECT_EQ(opt.param_group([](std::string_view n) { return n.starts_with("head"); }, {.momentum = 0.5f, .nesterov = true}), 2u);
+  train(a, opt, 2);
+  const std::string path = scratch("overrides.safetensors").string();
+  xtpu::io::save(path, a, opt);
+  const auto f = xtpu::io::safetensors_file::read(path);
+  EXPECT_EQ(f.metadata().at("xtpu.optimizer.overrides"),
+            R"({"head.bias":{"momentum":0.5,"nesterov":true},"head.weight":{"momentum":0.5,"nesterov":true}})");
+
+  // a fresh optimizer gets the file's values (torch's param_groups) and goes on bit for bit
+  small_mlp b = xtpu::nn::init<small_mlp>(9);
+  xtpu::optim::sgd opt_b(b);
+  opt_b.param_group([](std::string_view n) { return n == "fc1.bias"; }, {.dampening = 0.25f});  // replaced by the file's
+  xtpu::io::load(path, b, opt_b);
+  EXPECT_FALSE(opt_b.overrides()[1].dampening.has_value());
+  EXPECT_EQ(opt_b.overrides()[2].momentum, 0.5f);
+  EXPECT_EQ(opt_b.overrides()[3].nesterov, true);
+  EXPECT_FALSE(opt_b.overrides()[0].momentum.has_value());
+  train(a, opt, 2);
+  train(b, opt_b, 2);
+  EXPECT_EQ(values(b), values(a));
+  // without the values the same file resumes to another trajectory (the check can fail)
+  small_mlp c = xtpu::nn::init<small_mlp>(9);
+  xtpu::optim::sgd opt_c(c);
+  xtpu::io::load(path, c, opt_c);
+  opt_c.set_overrides(std::vector<xtpu::optim::sgd_overrides>(4));
+  train(c, opt_c, 2);
+  EXPECT_NE(values(c), values(b));
+
+  // damaged values: every one named, and nothing of the model or optimizer changes
+  auto meta = f.metadata();
+  meta["xtpu.optimizer.overrides"] =
+      R"({"head.bias":{"momentum":-1,"nesterov":1,"beta1":0.5},"nope":{"momentum":0.5},"fc1.bias":3})";
+  const std::string bad = scratch("bad_overrides.safetensors").string();
+  xtpu::io::write_safetensors(bad, f.tensors(), meta);
+  small_mlp d = xtpu::nn::init<small_mlp>(9);
+  xtpu::optim::sgd opt_d(d);
+  opt_d.param_group([](std::string_view n) { return n == "fc1.weight"; }, {.momentum = 0.75f});
+  const auto d_before = values(d);
+  const std::string m = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(bad, d, opt_d); });
+  EXPECT_TRUE(has(m, "param_group values of \"fc1.bias\" are 3 in the file, not a JSON object; unexpected param_group "
+                     "value \"beta1\" of \"head.bias\"; param_group's momentum of \"head.bias\" is -1 in the file, not a "
+                     "value param_group takes (finite and >= 0); param_group's nesterov of \"head.bias\" is 1 in the "
+                     "file, not a bool; unexpected param_group parameter \"nope\""))
+      << m;
+  EXPECT_EQ(opt_d.overrides()[0].momentum, 0.75f);
+  EXPECT_EQ(values(d), d_before);
+  // a number's field given a bool or a text is told; a whole number is a number
+  meta = f.metadata();
+  meta["xtpu.optimizer.overrides"] = R"({"fc1.weight":{"momentum":true,"dampening":"x","weight_decay":1}})";
+  xtpu::io::write_safetensors(bad, f.tensors(), meta);
+  const std::string t = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(bad, d, opt_d); });
+  EXPECT_TRUE(has(t, "does not fit: param_group's dampening of \"fc1.weight\" is \"x\" in the file, not a value "
+                     "param_group takes (finite and >= 0); param_group's momentum of \"fc1.weight\" is true in the "
+                     "file, not a value param_group takes (finite and >= 0)"))
+      << t;
+  EXPECT_FALSE(has(t, "weight_decay")) << t;
+  EXPECT_EQ(opt_d.overrides()[0].momentum, 0.75f);
+  meta["xtpu.optimizer.overrides"] = R"({"fc1.weight":{"weight_decay":1}})";
+  xtpu::io::write_safetensors(bad, f.tensors(), meta);
+  xtpu::io::load(bad, d, opt_d);
+  EXPECT_EQ(opt_d.overrides()[0].weight_decay, 1.0f);
+  EXPECT_FALSE(opt_d.overrides()[0].momentum.has_value());  // the file's values replace all
+  // values that fit stay unapplied when a tensor does not
+  f32_mlp e = xtpu::nn::init<f32_mlp>(2);
+  xtpu::optim::sgd opt_e(e);
+  opt_e.param_group([](std::string_view n) { return n == "fc1.bias"; }, {.momentum = 0.25f});
+  const std::string u = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(path, e, opt_e); });
+  EXPECT_TRUE(has(u, "fc1.weight is BF16 (8, 4) in the file but F32 (8, 4) in the model")) << u;
+  EXPECT_EQ(opt_e.overrides()[1].momentum, 0.25f);
+  EXPECT_FALSE(opt_e.overrides()[2].momentum.has_value());
+  // a file written before param_group's values were saved leaves the optimizer's as they are
+  meta = f.metadata();
+  meta.erase("xtpu.optimizer.overrides");
+  const std::string older = scratch("older_overrides.safetensors").string();
+  xtpu::io::write_safetensors(older, f.tensors(), meta);
+  xtpu::io::load(older, d, opt_d);
+  EXPECT_EQ(opt_d.overrides()[0].weight_decay, 1.0f);  // what the last load gave it
+}

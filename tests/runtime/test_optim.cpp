@@ -505,4 +505,156 @@ TEST(Optim, NoDecayLeavesTheParametersItNamesUndecayed) {
     }
   }
 }
+
+TEST(Optim, ParamGroupGivesTheParametersItNamesTheirOwnValues) {
+  // w (3) with the options, v (2, 2) with a group's own values: each optimizer against its
+  // formulas with the values per parameter (torch's two param groups), the schedule moving both
+  const auto only_v = [](std::string_view name) { return name == "v"; };
+  {  // SGD: w momentum 0.9, decay 0.05; v momentum 0.5, dampening 0.1, no decay
+    pair_model model = make_pair();
+    xtpu::optim::sgd opt(model, {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.05f});
+    EXPECT_EQ(opt.param_group(only_v, {.momentum = 0.5f, .weight_decay = 0.0f}), 1u);
+    EXPECT_EQ(opt.param_group(only_v, {.dampening = 0.1f}), 1u);  // adds to what v had
+    EXPECT_EQ(opt.options_of(1).momentum, 0.5f);
+    EXPECT_EQ(opt.options_of(1).dampening, 0.1f);
+    EXPECT_EQ(opt.options_of(0).momentum, 0.9f);
+    std::vector<double> buf(7);
+    auto step = [&](std::vector<double>& p, double lr, int t) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        const double mu = i < 3 ? 0.9 : 0.5, damp = i < 3 ? 0.0 : static_cast<double>(0.1f), wd = i < 3 ? 0.05 : 0.0;
+        const double d = grads[i] + wd * p[i];
+        buf[i] = t == 1 ? d : mu * buf[i] + (1 - damp) * d;
+        p[i] -= lr * buf[i];
+      }
+    };
+    std::int64_t warm = 0;
+    run_and_compare(opt, model, grads, step, 12, &warm);
+    EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a new learning rate recompiled";
+  }
+  for (const bool decoupled : {false, true}) {  // Adam, AdamW: v with its own betas, eps and decay
+    pair_model model = make_pair();
+    std::vector<double> m(7), v(7);
+    // eps 0.1 for v: far from 1e-8 in the result, so that the trajectory tells whether it was used
+    const double b1 = static_cast<double>(0.8f), b2 = static_cast<double>(0.99f), eps = static_cast<double>(0.1f);
+    auto step = [&](std::vector<double>& p, double lr, int t) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        const ref_opt kind = decoupled ? ref_opt::adamw : ref_opt::adam;
+        if (i < 3) reference_update(kind, p[i], grads[i], m[i], v[i], lr, 0.05, t);
+        else reference_update(kind, p[i], grads[i], m[i], v[i], lr, static_cast<double>(0.125f), t, b1, b2, eps);
+      }
+    };
+    auto check = [&](auto& opt) {
+      EXPECT_EQ(opt.param_group(only_v, {.beta1 = 0.8f, .eps = 0.1f}), 1u);
+      EXPECT_EQ(opt.param_group(only_v, {.beta2 = 0.99f, .weight_decay = 0.125f}), 1u);
+      EXPECT_EQ(opt.overrides()[1].beta1, 0.8f);
+      EXPECT_EQ(opt.options_of(1).beta1, 0.8f);
+      EXPECT_EQ(opt.options_of(1).beta2, 0.99f);
+      EXPECT_EQ(opt.options_of(1).eps, 0.1f);
+      EXPECT_EQ(opt.options_of(0).eps, 1e-8f);
+      EXPECT_FALSE(opt.overrides()[0].beta1.has_value());
+      std::int64_t warm = 0;
+      run_and_compare(opt, model, grads, step, 12, &warm);
+      EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a new learning rate recompiled";
+      opt.param_group(only_v, {.beta1 = 0.7f});  // another value: the same graph as run_and_compare's steps
+      const tensor<float, 3> cw = device<float, 3>({1.0f, 2.0f, 3.0f});
+      const tensor<float, 2, 2> cv = device<float, 2, 2>({1.0f, 2.0f, 3.0f, 4.0f});
+      const tensor<float> loss = xtpu::sum(model.w * cw) + xtpu::sum(model.v * cv);  // held, as run_and_compare's
+      xtpu::backward(loss);
+      xtpu::optimizer_step(opt);
+      EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), warm) << "a group's new beta1 recompiled";
+    };
+    if (decoupled) {
+      xtpu::optim::adamw opt(model, {.weight_decay = 0.05f});
+      check(opt);
+    } else {
+      xtpu::optim::adam opt(model, {.weight_decay = 0.05f});
+      check(opt);
+    }
+  }
+}
+
+TEST(Optim, ParamGroupValuesAreCheckedAndNoDecayStillWins) {
+  const auto only_v = [](std::string_view name) { return name == "v"; };
+  pair_model model = make_pair();
+  xtpu::optim::adamw opt(model, {.lr = 0.01f, .weight_decay = 0.05f});
+  // a refused value sets nothing
+  const std::string bad = xtpu_test::error_message<xtpu::error>([&] { opt.param_group(only_v, {.beta1 = 0.5f, .eps = -1.0f}); });
+  EXPECT_NE(bad.find("xtpu: optim: param_group's eps must be finite and >= 0, got -1"), std::string::npos) << bad;
+  EXPECT_FALSE(opt.overrides()[1].beta1.has_value());
+  EXPECT_NE(xtpu_test::error_message<xtpu::error>([&] { opt.param_group(only_v, {.weight_decay = NAN}); }), "");
+  // set_overrides: whole, checked
+  std::vector<xtpu::optim::adam_overrides> two(2);
+  two[0].beta2 = INFINITY;
+  const std::string inf = xtpu_test::error_message<xtpu::error>([&] { opt.set_overrides(two); });
+  EXPECT_NE(inf.find("xtpu: optim: set_overrides' beta2 must be finite and >= 0, got inf"), std::string::npos) << inf;
+  const std::string size = xtpu_test::error_message<xtpu::error>([&] { opt.set_overrides(std::vector<xtpu::optim::adam_overrides>(3)); });
+  EXPECT_NE(size.find("set_overrides needs one entry per parameter (2), got 3"), std::string::npos) << size;
+  two[0].beta2 = 0.9f;
+  opt.set_overrides(two);
+  EXPECT_EQ(opt.options_of(0).beta2, 0.9f);
+  EXPECT_EQ(opt.options_of(1).beta2, 0.999f);
+  // options_of: the rate times the factor, no decay under no_decay whatever the group says
+  opt.param_group(only_v, {.weight_decay = 0.5f});
+  opt.lr_scale(only_v, 0.5f);
+  EXPECT_EQ(opt.options_of(1).weight_decay, 0.5f);
+  EXPECT_EQ(opt.options_of(1).lr, 0.005f);
+  opt.no_decay(only_v);
+  EXPECT_EQ(opt.options_of(1).weight_decay, 0.0f);
+  EXPECT_EQ(opt.options_of(0).weight_decay, 0.05f);
+
+  // SGD: a group's Nesterov without momentum throws before anything is recorded
+  pair_model s = make_pair();
+  const std::vector<double> w0 = host(s.w), v0 = host(s.v);
+  xtpu::optim::sgd sgd(s, {.lr = 0.1f, .momentum = 0.9f, .nesterov = true});
+  sgd.param_group(only_v, {.momentum = 0.0f});
+  xtpu::backward(xtpu::sum(s.w * 2.0f) + xtpu::sum(s.v * 3.0f));
+  const std::string nesterov = xtpu_test::error_message<xtpu::error>([&] { sgd.step(); });
+  EXPECT_NE(nesterov.find("Nesterov momentum needs momentum > 0 and dampening 0 (v: momentum 0"), std::string::npos) << nesterov;
+  EXPECT_TRUE(s.w.has_grad());  // nothing used up
+  xtpu::mark_step();
+  EXPECT_EQ(host(s.w), w0);
+  EXPECT_EQ(host(s.v), v0);
+  sgd.param_group(only_v, {.nesterov = false});  // v: plain SGD; w: Nesterov
+  xtpu::optimizer_step(sgd);
+  EXPECT_TRUE(all_near(host(s.v), {1.0 - 0.3, -0.25 - 0.3, 0.75 - 0.3, -2.0 - 0.3}, 1e-6, 1e-7));
+  EXPECT_TRUE(all_near(host(s.w), {0.5 - 0.38, -1.0 - 0.38, 2.0 - 0.38}, 1e-6, 1e-7));  // lr (d + 0.9 d), d = 2
+}
+
+/// Each field of Overrides, set alone to a value no default has, reaches the option of the
+/// same key and type in options_of (and assign_given finds it: none unmatched).
+template <class Overrides, class Opt>
+void expect_every_field_reaches_the_options(Opt& opt) {
+  Overrides keys;
+  keys.for_each([&](const char* key, auto& value) {
+    using V = typename std::remove_cvref_t<decltype(value)>::value_type;
+    const V given = std::is_same_v<V, bool> ? V(true) : V(0.375f);
+    Overrides one;  // key's field alone
+    one.for_each([&](const char* k, auto& v) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, std::optional<V>>)
+        if (std::string_view(k) == key) v = given;
+    });
+    auto plain = opt.options();
+    EXPECT_EQ(xtpu::optim::detail::assign_given(plain, one), 0u) << key;
+    opt.set_overrides(std::vector<Overrides>(2, one));
+    auto o = opt.options_of(0);
+    std::size_t found = 0;
+    o.for_each([&](const char* k, auto& field) {
+      if (std::string_view(k) != key) return;
+      ++found;
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(field)>, V>) EXPECT_EQ(field, given) << key;
+      else ADD_FAILURE() << key << " is of another type in the options";
+    });
+    EXPECT_EQ(found, 1u) << key;
+  });
+}
+
+TEST(Optim, EveryParamGroupFieldReachesTheOptionOfItsKey) {
+  pair_model model = make_pair();
+  xtpu::optim::sgd sgd(model);
+  expect_every_field_reaches_the_options<xtpu::optim::sgd_overrides>(sgd);
+  xtpu::optim::adam adam(model);
+  expect_every_field_reaches_the_options<xtpu::optim::adam_overrides>(adam);
+  xtpu::optim::adamw adamw(model);
+  expect_every_field_reaches_the_options<xtpu::optim::adam_overrides>(adamw);
+}
 }  // namespace

@@ -14,7 +14,8 @@
 // ("xtpu.optimizer.kind": "sgd", "adam", "adamw"), its options ("xtpu.optimizer.options":
 // {"lr": 0.01, ...}, each float as a text that reads back as the same float) and param
 // groups ("xtpu.optimizer.no_decay": the names without weight decay; "xtpu.optimizer.lr_scale":
-// {name: factor} where the factor is not 1), each seed stream of
+// {name: factor} where the factor is not 1; "xtpu.optimizer.overrides": {name: {"momentum":
+// 0.5}}, param_group's values, for the parameters that have any), each seed stream of
 // the model ("xtpu.rng." + its nn::for_each_stream name: "[seed, position]", a dropout
 // module's), and the user's keys as given. xtpu's random numbers are counter-based (a seed and
 // an index, nothing hidden), so the seeds, their streams' positions and the step are all the
@@ -32,7 +33,8 @@
 // changes nothing (for that moment the old and new values are both held). Loading with an
 // optimizer restores the options and groups the file has, as torch's load_state_dict restores
 // param_groups (set an option after load to change it); a file written before they were saved
-// (2026-12-06) leaves the optimizer's as they are.
+// (2026-12-06), or before param_group's values were ("xtpu.optimizer.overrides"), leaves the
+// optimizer's as they are.
 // Errors: checkpoint_error — safetensors_file's; a user key starting with "xtpu."; a layout
 // other than 1 or 2 (1: written before seed streams were saved); xtpu's keys in a file without
 // a layout key (a damaged checkpoint, not a foreign file); a stream's value that is not
@@ -40,7 +42,8 @@
 // saving an option that is infinite or NaN (JSON has no such number: nothing is written, so a
 // run whose rate went NaN keeps its last good checkpoint); and one message
 // listing every difference (another kind of optimizer, an option missing, unexpected or of
-// another type, a group's name the model lacks, a factor lr_scale refuses among them):
+// another type, a group's name the model lacks, a factor lr_scale refuses, a param_group
+// value unknown, of another type or refused among them):
 // `missing fc2.bias; fc1.weight is F32 (512, 784) in the file but BF16 (512, 784) in the
 // model; unexpected head.scale`. Seed streams are state, not weights: each stream of the model
 // the file has is restored, one it lacks keeps its value, and the file's others are ignored
@@ -155,6 +158,7 @@ concept has_groups = requires(Opt& o, float f) {
   { o.groups().decays[0] } -> std::convertible_to<bool>;
   { o.groups().lr_factors[0] } -> std::convertible_to<float>;
   { o.groups().valid_factor(f) } -> std::convertible_to<bool>;
+  std::string(o.groups().factor_rule);
   o.set_groups(o.groups());
 };
 
@@ -211,6 +215,23 @@ void read_options(const std::string& path, const std::string& text, Options& o, 
     if (!known.count(item.key())) diffs.push_back("unexpected optimizer option " + item.key());
 }
 
+/// The index of a parameter a group's entry names: a JSON string that is one of the model's
+/// names (declaration order), else nothing.
+class name_index {
+ public:
+  explicit name_index(const std::vector<std::string>& names) {
+    for (std::size_t i = 0; i < names.size(); ++i) index_.emplace(names[i], i);
+  }
+  std::optional<std::size_t> operator()(const json_f32& name) const {
+    if (!name.is_string()) return std::nullopt;
+    const auto it = index_.find(name.template get<std::string>());
+    return it == index_.end() ? std::nullopt : std::optional<std::size_t>(it->second);
+  }
+
+ private:
+  std::map<std::string, std::size_t> index_;
+};
+
 /// The param groups as "xtpu.optimizer.no_decay" (the names without weight decay, a JSON list)
 /// and "xtpu.optimizer.lr_scale" (each name whose rate factor is not 1, with it) hold them.
 template <class Groups>
@@ -228,13 +249,7 @@ std::pair<std::string, std::string> groups_text(const std::vector<std::string>& 
 template <class Groups>
 void read_groups(const std::string& path, const std::map<std::string, std::string>& meta,
                  const std::vector<std::string>& names, Groups& g, std::vector<std::string>& diffs) {
-  std::map<std::string, std::size_t> index;
-  for (std::size_t i = 0; i < names.size(); ++i) index.emplace(names[i], i);
-  const auto parameter = [&](const json_f32& name) -> std::optional<std::size_t> {  // a name of the model's
-    if (!name.is_string()) return std::nullopt;
-    const auto it = index.find(name.template get<std::string>());
-    return it == index.end() ? std::nullopt : std::optional<std::size_t>(it->second);
-  };
+  const name_index parameter(names);
   if (const auto it = meta.find("xtpu.optimizer.no_decay"); it != meta.end()) {
     std::fill(g.decays.begin(), g.decays.end(), 1);
     for (const auto& name : parsed_json(path, it->first, it->second, false)) {
@@ -250,8 +265,72 @@ void read_groups(const std::string& path, const std::map<std::string, std::strin
       const auto i = parameter(json_f32(item.key()));
       if (!i) diffs.push_back("unexpected lr_scale parameter " + name);
       else if (!item.value().is_number() || !g.valid_factor(item.value().template get<float>()))
-        diffs.push_back("lr_scale of " + name + " is " + item.value().dump() + " in the file, not a factor lr_scale takes (finite and >= 0)");
+        diffs.push_back("lr_scale of " + name + " is " + item.value().dump() + " in the file, not a factor lr_scale takes (" +
+                        std::string(g.factor_rule) + ")");
       else g.lr_factors[*i] = item.value().template get<float>();
+    }
+  }
+}
+/// An optimizer with param_group's per-parameter values (optim::sgd_overrides or
+/// adam_overrides: optional fields named by for_each, set whole by set_overrides).
+template <class Opt>
+concept has_overrides = has_groups<Opt> && requires(Opt& o) { o.set_overrides(o.overrides()); };
+
+/// param_group's values as "xtpu.optimizer.overrides" holds them: {name: {key: value}} for each
+/// parameter with a value of its own, only the fields it has.
+template <class Overrides>
+std::string overrides_text(const std::vector<std::string>& names, const std::vector<Overrides>& v) {
+  json_f32 j = json_f32::object();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    json_f32 own = json_f32::object();
+    Overrides ov = v[i];  // (a copy: for_each hands out references)
+    ov.for_each([&](const char* key, const auto& value) {
+      if (value) own[key] = *value;
+    });
+    if (!own.empty()) j[names[i]] = own;
+  }
+  return j.dump();
+}
+/// Reads the file's "xtpu.optimizer.overrides", if it has it, into v (a copy of the
+/// optimizer's): it replaces every parameter's values; each name must be one of the model's,
+/// each key one of Overrides', each value of the field's type and, for a number, one that
+/// groups (the optimizer's parameter_groups) takes as a factor; differences join diffs.
+template <class Overrides, class Groups>
+void read_overrides(const std::string& path, const std::map<std::string, std::string>& meta,
+                    const std::vector<std::string>& names, std::vector<Overrides>& v, const Groups& groups,
+                    std::vector<std::string>& diffs) {
+  const auto it = meta.find("xtpu.optimizer.overrides");
+  if (it == meta.end()) return;
+  std::fill(v.begin(), v.end(), Overrides{});
+  const name_index parameter(names);
+  const json_f32 j = parsed_json(path, it->first, it->second, true);
+  for (const auto& item : j.items()) {
+    const std::string name = json_f32(item.key()).dump();  // quoted, as no_decay's
+    const auto at = parameter(json_f32(item.key()));
+    if (!at) {
+      diffs.push_back("unexpected param_group parameter " + name);
+      continue;
+    }
+    if (!item.value().is_object()) {
+      diffs.push_back("param_group values of " + name + " are " + item.value().dump() + " in the file, not a JSON object");
+      continue;
+    }
+    Overrides& ov = v[*at];
+    for (const auto& field : item.value().items()) {
+      bool known = false;
+      ov.for_each([&](const char* key, auto& value) {
+        if (field.key() != key) return;
+        known = true;
+        using V = typename std::remove_cvref_t<decltype(value)>::value_type;
+        constexpr bool flag = std::is_same_v<V, bool>;
+        const json_f32& x = field.value();
+        if (flag ? !x.is_boolean() : (!x.is_number() || !groups.valid_factor(x.template get<float>())))
+          return diffs.push_back("param_group's " + std::string(key) + " of " + name + " is " + x.dump() +
+                                 " in the file, not " +
+                                 (flag ? "a bool" : "a value param_group takes (" + std::string(groups.factor_rule) + ")"));
+        value = x.template get<V>();
+      });
+      if (!known) diffs.push_back("unexpected param_group value " + json_f32(field.key()).dump() + " of " + name);
     }
   }
 }
@@ -335,6 +414,18 @@ auto file_groups(const std::string& path, const std::map<std::string, std::strin
     return g;
   }
 }
+/// The file's param_group values for opt (a copy of opt's, read_overrides), if opt has them.
+template <class Model, class Opt>
+auto file_overrides(const std::string& path, const std::map<std::string, std::string>& meta, const Model&, Opt* opt,
+                    std::vector<std::string>& diffs) {
+  if constexpr (std::is_same_v<Opt, void> || !has_overrides<Opt>) {
+    return std::optional<int>();
+  } else {
+    std::optional<std::remove_cvref_t<decltype(opt->overrides())>> v = opt->overrides();
+    read_overrides(path, meta, nn::parameter_names<Model>(), *v, opt->groups(), diffs);
+    return v;
+  }
+}
 
 template <class Model, class Opt>
 void save_impl(const std::string& path, const Model& model, Opt* opt, const checkpoint_info& info,
@@ -348,6 +439,8 @@ void save_impl(const std::string& path, const Model& model, Opt* opt, const chec
     if constexpr (has_groups<Opt>)
       std::tie(meta["xtpu.optimizer.no_decay"], meta["xtpu.optimizer.lr_scale"]) =
           groups_text(nn::parameter_names<Model>(), opt->groups());
+    if constexpr (has_overrides<Opt>)
+      meta["xtpu.optimizer.overrides"] = overrides_text(nn::parameter_names<Model>(), opt->overrides());
   }
   staged out;
   nn::for_each_parameter(model, [&](const std::string& name, const auto& p) { out.add(name, p); });
@@ -406,7 +499,8 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
   }
   // the file's options and groups, read into copies (assigned once everything fits)
   [[maybe_unused]] const auto options = file_options(path, meta, opt, diffs);
-  [[maybe_unused]] const auto groups = file_groups(path, meta, model, opt, diffs);
+  [[maybe_unused]] auto groups = file_groups(path, meta, model, opt, diffs);  // (moved into opt at the end)
+  [[maybe_unused]] auto overrides = file_overrides(path, meta, model, opt, diffs);
   for (const auto& t : f.tensors()) {
     const bool optimizers = t.name.rfind(optimizer_prefix, 0) == 0;  // left alone when no optimizer is given
     if (!expected.count(t.name) && (!optimizers || !std::is_same_v<Opt, void>)) diffs.push_back("unexpected " + t.name);
@@ -496,7 +590,8 @@ checkpoint_info load_impl(const std::string& path, Model& model, Opt* opt) {
     }
     if constexpr (has_options<Opt>)
       if (options) opt->options() = *options;
-    if constexpr (has_groups<Opt>) opt->set_groups(*groups);  // (read_groups checked what set_groups checks)
+    if constexpr (has_groups<Opt>) opt->set_groups(std::move(*groups));  // (read_groups checked what set_groups checks)
+    if constexpr (has_overrides<Opt>) opt->set_overrides(std::move(*overrides));  // (read_overrides what it checks)
   }
   return info;
 }

@@ -19,13 +19,19 @@
 // group of biases and norms with weight_decay 0), the others the options' — the same graph;
 // lr_scale(pred, f): those pred accepts update at f × options().lr (a param group's own lr),
 // a run-time scalar too; groups() reads both (parameter_groups) and set_groups(g) sets them
-// whole. kind ("sgd", "adam", "adamw"), options().for_each(f) and groups() are what a
-// checkpoint saves with the state and load restores (torch's param_groups).
+// whole. param_group(pred, ov): those pred accepts take the fields ov gives (sgd_overrides:
+// momentum, dampening, nesterov, weight_decay; adam_overrides: beta1, beta2, eps,
+// weight_decay) in place of options()'s — torch's param group with its own values;
+// overrides() reads them per parameter and set_overrides(v) sets them whole; options_of(i) is
+// what parameter i updates with (all of the above applied). kind ("sgd", "adam", "adamw"),
+// options().for_each(f), groups() and overrides() are what a checkpoint saves with the state
+// and load restores (torch's param_groups).
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
 // module); xtpu::error from sgd's step for Nesterov without momentum or with dampening, and
-// from lr_scale or set_groups for a factor that is negative, infinite or NaN and from
-// set_groups for one of another size (nothing set);
+// from lr_scale or set_groups for a factor, and from param_group or set_overrides for a
+// value, that is negative, infinite or NaN, and from set_groups or set_overrides for a list
+// of another size (nothing set);
 // from optimizer_step what mark_step throws (out_of_memory, compilation_error after
 // no_recompile_after: the step stays pending).
 #pragma once
@@ -35,6 +41,7 @@
 #include <initializer_list>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -90,6 +97,38 @@ struct adam_family_options {
 using adam_options = adam_family_options<false>;
 using adamw_options = adam_family_options<true>;
 
+/// A param group's own values for SGD (torch's param_groups entries): each field given
+/// replaces the options' for the parameters param_group names; the rest follow options().
+/// The rate is not here: a group's rate is options().lr × its lr_scale factor, so that a
+/// schedule moves every group. for_each(f) names the fields under their options' keys.
+struct sgd_overrides {
+  std::optional<float> momentum = std::nullopt;
+  std::optional<float> dampening = std::nullopt;
+  std::optional<float> weight_decay = std::nullopt;
+  std::optional<bool> nesterov = std::nullopt;
+  template <class F>
+  void for_each(F&& f) {
+    f("momentum", momentum);
+    f("dampening", dampening);
+    f("weight_decay", weight_decay);
+    f("nesterov", nesterov);
+  }
+};
+/// The same for Adam and AdamW (torch's betas as two keys).
+struct adam_overrides {
+  std::optional<float> beta1 = std::nullopt;
+  std::optional<float> beta2 = std::nullopt;
+  std::optional<float> eps = std::nullopt;
+  std::optional<float> weight_decay = std::nullopt;
+  template <class F>
+  void for_each(F&& f) {
+    f("beta1", beta1);
+    f("beta2", beta2);
+    f("eps", eps);
+    f("weight_decay", weight_decay);
+  }
+};
+
 /// What no_decay and lr_scale set per parameter (torch's param groups, as run-time scalars, so
 /// setting them changes no graph), in declaration order: decays[i], whether parameter i takes
 /// the options' weight decay (all do until no_decay), and lr_factors[i], the factor its
@@ -97,25 +136,56 @@ using adamw_options = adam_family_options<true>;
 /// and set_groups checks and sets them whole (a checkpoint saves and restores them).
 struct parameter_groups {
   explicit parameter_groups(std::size_t n) : decays(n, 1), lr_factors(n, 1.0f) {}
-  /// Whether lr_scale takes factor: finite and >= 0 (NaN is not).
+  /// Whether lr_scale takes factor (and param_group a value): finite and >= 0 (NaN is not);
+  /// factor_rule says so in the messages.
   static bool valid_factor(float factor) noexcept { return factor >= 0.0f && factor <= std::numeric_limits<float>::max(); }
+  static constexpr std::string_view factor_rule = "finite and >= 0";
   std::vector<char> decays;
   std::vector<float> lr_factors;
 };
 
 namespace detail {
-/// The one message of a factor lr_scale or set_groups refuses (`what`: whose factor).
+/// The one message of a factor or value that lr_scale, set_groups, param_group or
+/// set_overrides refuses (`what`: whose).
 inline std::string refused_factor(std::string_view what, float factor) {
-  return "xtpu: optim: " + std::string(what) + " must be finite and >= 0, got " + std::to_string(factor);
+  return "xtpu: optim: " + std::string(what) + " must be " + std::string(parameter_groups::factor_rule) + ", got " +
+         std::to_string(factor);
 }
 
-/// What every optimizer has: the model it updates (held by address), its param groups and
-/// zero_grad. sgd and adam_family derive from it; the derived step() reads decay_of and lr_of.
-template <class Model>
+/// Each field that ov (an sgd_overrides or adam_overrides) gives, assigned to t's field of the
+/// same key: an options struct (a field of ov's value type) or another overrides struct (a
+/// field of ov's type) — the one place a group's values meet the options. Returns how many of
+/// ov's fields found no such field in t (0 for every pair optim uses: tested).
+template <class Target, class Overrides>
+std::size_t assign_given(Target& t, Overrides ov) {  // (copies: for_each hands out references)
+  std::size_t unmatched = 0;
+  ov.for_each([&](const char* key, const auto& value) {
+    using V = std::remove_cvref_t<decltype(value)>;
+    bool found = false;
+    t.for_each([&](const char* field_key, auto& field) {
+      using F = std::remove_cvref_t<decltype(field)>;
+      if constexpr (std::is_same_v<F, V> || std::is_same_v<F, typename V::value_type>)
+        if (std::string_view(key) == field_key) {
+          found = true;
+          if (value) field = *value;
+        }
+    });
+    unmatched += found ? 0 : 1;
+  });
+  return unmatched;
+}
+
+/// What every optimizer has: the model it updates (held by address), its options, its param
+/// groups (no_decay, lr_scale, param_group) and zero_grad. sgd and adam_family derive from it;
+/// the derived step() reads options_of.
+template <class Model, class Options, class Overrides>
 class optimizer_base {
  public:
+  Options& options() noexcept { return o_; }
+  const Options& options() const noexcept { return o_; }
   /// The parameters whose name pred(std::string_view) accepts take no weight decay from now on
-  /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`); returns how many.
+  /// (`opt.no_decay([](std::string_view n) { return n.ends_with("bias"); })`), whatever
+  /// param_group gives them; returns how many.
   template <class Pred>
   std::size_t no_decay(Pred pred) {
     return each_named(pred, [&](std::size_t i) { groups_.decays[i] = 0; });
@@ -140,27 +210,69 @@ class optimizer_base {
       if (!parameter_groups::valid_factor(f)) throw error(refused_factor("a factor given to set_groups", f));
     groups_ = std::move(g);
   }
+  /// The parameters pred accepts take each field ov gives in place of options()'s from now on
+  /// (`opt.param_group(is_head, {.momentum = 0.5f})`: torch's param group with its own
+  /// momentum, betas, eps or weight decay); a field ov leaves out keeps what they had (the
+  /// options', or an earlier call's). Run-time scalars like the options (SGD's momentum or
+  /// Nesterov turned on or off for a group changes the graph, as it does for all). Returns how
+  /// many; xtpu::error for a value that is negative, infinite or NaN (nothing set).
+  template <class Pred>
+  std::size_t param_group(Pred pred, const Overrides& ov) {
+    check(ov, "param_group's ");
+    return each_named(pred, [&](std::size_t i) { (void)assign_given(overrides_[i], ov); });
+  }
+  /// What param_group set, per parameter (declaration order); set_overrides replaces it whole
+  /// (a checkpoint's load), xtpu::error for a size other than the parameters' count or a value
+  /// param_group refuses.
+  const std::vector<Overrides>& overrides() const noexcept { return overrides_; }
+  void set_overrides(std::vector<Overrides> v) {
+    constexpr std::size_t n = nn::parameter_tensors_v<Model>;
+    if (v.size() != n)
+      throw error("xtpu: optim: set_overrides needs one entry per parameter (" + std::to_string(n) + "), got " +
+                  std::to_string(v.size()));
+    for (const Overrides& ov : v) check(ov, "set_overrides' ");
+    overrides_ = std::move(v);
+  }
+  /// The options parameter i (declaration order) updates with: options() with its group's
+  /// fields, the rate times its lr_scale factor (× 1 is exact), no weight decay under no_decay.
+  Options options_of(std::size_t i) const {
+    Options o = o_;
+    (void)assign_given(o, overrides_.at(i));
+    o.lr = o_.lr * groups_.lr_factors[i];
+    if (!groups_.decays[i]) o.weight_decay = 0.0f;
+    return o;
+  }
   void zero_grad() { nn::zero_grad(*model_); }
 
  protected:
-  explicit optimizer_base(Model& model) : model_(&model), groups_(nn::parameter_tensors_v<Model>) {}
-  /// Parameter i's weight decay and learning rate, given the options' (× 1 is exact).
-  float decay_of(std::size_t i, float weight_decay) const { return groups_.decays[i] ? weight_decay : 0.0f; }
-  float lr_of(std::size_t i, float lr) const { return lr * groups_.lr_factors[i]; }
+  optimizer_base(Model& model, Options o)
+      : model_(&model), o_(o), groups_(nn::parameter_tensors_v<Model>), overrides_(nn::parameter_tensors_v<Model>) {}
   Model* model_;
 
  private:
-  /// set(i) for each parameter whose name pred accepts; the count of them.
+  /// set(i) for each parameter whose name pred accepts (all asked first: a pred that throws
+  /// sets nothing); the count of them.
   template <class Pred, class Set>
   std::size_t each_named(Pred& pred, Set&& set) {
-    std::size_t i = 0, n = 0;
+    std::vector<std::size_t> named;
+    std::size_t i = 0;
     nn::for_each_parameter(*model_, [&](const std::string& name, auto&) {
-      if (pred(std::string_view(name))) set(i), ++n;
+      if (pred(std::string_view(name))) named.push_back(i);
       ++i;
     });
-    return n;
+    for (const std::size_t k : named) set(k);
+    return named.size();
   }
+  /// xtpu::error for the first float field of ov that param_group refuses (`who`: the caller).
+  static void check(Overrides ov, std::string_view who) {
+    ov.for_each([&](const char* key, const auto& value) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, std::optional<float>>)
+        if (value && !parameter_groups::valid_factor(*value)) throw error(refused_factor(std::string(who) + key, *value));
+    });
+  }
+  Options o_;
   parameter_groups groups_;
+  std::vector<Overrides> overrides_;
 };
 
 /// e recorded with no reverse-mode rule: every statement here is an update or a state value,
@@ -273,12 +385,13 @@ struct master_weights {
   xtpu::detail::undoable<std::vector<std::weak_ptr<xtpu::detail::storage>>> written;
 };
 
-/// Adam's moments and update for one parameter (PyTorch's single-tensor formulas) at rate lr;
-/// decoupled: AdamW's decay of the weight itself, else an L2 term added to the gradient.
+/// Adam's moments and update for one parameter (PyTorch's single-tensor formulas) with o, the
+/// options it updates with (options_of); decoupled: AdamW's decay of the weight itself, else
+/// an L2 term added to the gradient.
 template <class P, class Options>
 void adam_update(P& p, std::size_t i, std::int64_t t, state_slots& m, state_slots& v, master_weights& master,
-                 const Options& o, float lr, float weight_decay, bool decoupled) {
-  const float beta1 = o.beta1, beta2 = o.beta2, eps = o.eps;
+                 const Options& o, bool decoupled) {
+  const float beta1 = o.beta1, beta2 = o.beta2, eps = o.eps, lr = o.lr, weight_decay = o.weight_decay;
   using P_t = std::remove_cvref_t<P>;
   const auto w = master.weight(p, i, o.master_weights);
   const auto g = cast<float>(p.grad()) + (decoupled ? 0.0f : weight_decay) * w;      // (shape) f32
@@ -315,38 +428,41 @@ void visit_states(Model& model, F& f, std::initializer_list<std::pair<const char
 /// b = d on the first step, else μ·b + (1 − dampening)·d, and d = b (or d + μ·b, Nesterov);
 /// p = p − lr·d.
 template <class Model>
-class sgd : public detail::optimizer_base<Model> {
+class sgd : public detail::optimizer_base<Model, sgd_options, sgd_overrides> {
  public:
   static constexpr std::string_view kind = "sgd";  // a checkpoint's "xtpu.optimizer.kind"
   sgd(Model& model, sgd_options o = {})
-      : detail::optimizer_base<Model>(model),
-        o_(o),
+      : detail::optimizer_base<Model, sgd_options, sgd_overrides>(model, o),
         momentum_(nn::parameter_tensors_v<Model>),
         master_(nn::parameter_tensors_v<Model>) {}
-  sgd_options& options() noexcept { return o_; }
-  const sgd_options& options() const noexcept { return o_; }
 
-  /// Records the update of every parameter (its statements show `where`'s line).
+  /// Records the update of every parameter (its statements show `where`'s line); xtpu::error,
+  /// before anything is recorded, when a parameter's options ask for Nesterov without momentum
+  /// or with dampening.
   void step(xtpu::source_location where = xtpu::source_location::current()) {
     const xtpu::detail::site_scope site(where);
-    if (o_.nesterov && (o_.momentum <= 0.0f || o_.dampening != 0.0f))
-      throw error("xtpu: optim::sgd: Nesterov momentum needs momentum > 0 and dampening 0 (momentum " +
-                  std::to_string(o_.momentum) + ", dampening " + std::to_string(o_.dampening) + ")");
+    std::size_t k = 0;
+    nn::for_each_parameter(*this->model_, [&](const std::string& name, const auto&) {
+      const sgd_options o = this->options_of(k++);
+      if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
+        throw error("xtpu: optim::sgd: Nesterov momentum needs momentum > 0 and dampening 0 (" + name + ": momentum " +
+                    std::to_string(o.momentum) + ", dampening " + std::to_string(o.dampening) + ")");
+    });
     master_.written.keep_for_discard();
     detail::update_each(*this->model_, [&](std::size_t i, auto& p) {
       using P_t = std::remove_cvref_t<decltype(p)>;
-      const auto w = master_.weight(p, i, o_.master_weights);
-      const auto d = cast<float>(p.grad()) + this->decay_of(i, o_.weight_decay) * w;
-      const float lr = this->lr_of(i, o_.lr);
-      if (o_.momentum == 0.0f) {
-        master_.write(p, i, o_.master_weights, w - lr * d);
+      const sgd_options o = this->options_of(i);
+      const auto w = master_.weight(p, i, o.master_weights);
+      const auto d = cast<float>(p.grad()) + o.weight_decay * w;
+      if (o.momentum == 0.0f) {
+        master_.write(p, i, o.master_weights, w - o.lr * d);
         return;
       }
       using S = xtpu::detail::tensor_for_t<float, typename P_t::shape_type>;
-      const S b = momentum_.has(i) ? detail::untaped(momentum_.get<P_t>(i) * o_.momentum + (1.0f - o_.dampening) * d)
+      const S b = momentum_.has(i) ? detail::untaped(momentum_.get<P_t>(i) * o.momentum + (1.0f - o.dampening) * d)
                                    : detail::untaped(d);
-      if (o_.nesterov) master_.write(p, i, o_.master_weights, w - lr * (d + o_.momentum * b));
-      else master_.write(p, i, o_.master_weights, w - lr * b);
+      if (o.nesterov) master_.write(p, i, o.master_weights, w - o.lr * (d + o.momentum * b));
+      else master_.write(p, i, o.master_weights, w - o.lr * b);
       momentum_.set(i, b);
     });
   }
@@ -362,7 +478,6 @@ class sgd : public detail::optimizer_base<Model> {
   bool holds_state(std::size_t i) const { return momentum_.has(i) || master_.copies.has(i); }
 
  private:
-  sgd_options o_;
   detail::state_slots momentum_;
   detail::master_weights master_;
 };
@@ -370,18 +485,15 @@ class sgd : public detail::optimizer_base<Model> {
 namespace detail {
 /// Adam and AdamW: the same moments; Decoupled says where the weight decay goes.
 template <class Model, class Options, bool Decoupled>
-class adam_family : public optimizer_base<Model> {
+class adam_family : public optimizer_base<Model, Options, adam_overrides> {
  public:
   static constexpr std::string_view kind = Decoupled ? "adamw" : "adam";  // a checkpoint's "xtpu.optimizer.kind"
   adam_family(Model& model, Options o)
-      : optimizer_base<Model>(model),
-        o_(o),
+      : optimizer_base<Model, Options, adam_overrides>(model, o),
         m_(nn::parameter_tensors_v<Model>),
         v_(nn::parameter_tensors_v<Model>),
         master_(nn::parameter_tensors_v<Model>),
         counts_(counts{0, std::vector<std::int64_t>(nn::parameter_tensors_v<Model>, 0)}) {}
-  Options& options() noexcept { return o_; }
-  const Options& options() const noexcept { return o_; }
   std::int64_t steps() const noexcept { return counts_->t; }
   std::int64_t& steps() noexcept { return counts_->t; }  // settable: a checkpoint restores it
 
@@ -392,7 +504,7 @@ class adam_family : public optimizer_base<Model> {
     master_.written.keep_for_discard();
     ++counts_->t;
     update_each(*this->model_, [&](std::size_t i, auto& p) {
-      adam_update(p, i, ++counts_->of[i], m_, v_, master_, o_, this->lr_of(i, o_.lr), this->decay_of(i, o_.weight_decay), Decoupled);
+      adam_update(p, i, ++counts_->of[i], m_, v_, master_, this->options_of(i), Decoupled);
     });
   }
   /// f(name, tensor<float, shape>&) for each state tensor: "fc1.weight.exp_avg", ".exp_avg_sq"
@@ -409,7 +521,6 @@ class adam_family : public optimizer_base<Model> {
   bool holds_state(std::size_t i) const { return m_.has(i) || v_.has(i) || master_.copies.has(i); }
 
  private:
-  Options o_;
   state_slots m_, v_;
   master_weights master_;
   struct counts {
