@@ -441,9 +441,10 @@ class sgd : public detail::optimizer_base<Model, sgd_options, sgd_overrides> {
   /// or with dampening.
   void step(xtpu::source_location where = xtpu::source_location::current()) {
     const xtpu::detail::site_scope site(where);
-    std::size_t k = 0;
+    std::vector<sgd_options> of;  // each parameter's options_of, checked before anything is recorded
+    of.reserve(nn::parameter_tensors_v<Model>);
     nn::for_each_parameter(*this->model_, [&](const std::string& name, const auto&) {
-      const sgd_options o = this->options_of(k++);
+      const sgd_options& o = of.emplace_back(this->options_of(of.size()));
       if (o.nesterov && (o.momentum <= 0.0f || o.dampening != 0.0f))
         throw error("xtpu: optim::sgd: Nesterov momentum needs momentum > 0 and dampening 0 (" + name + ": momentum " +
                     std::to_string(o.momentum) + ", dampening " + std::to_string(o.dampening) + ")");
@@ -451,7 +452,7 @@ class sgd : public detail::optimizer_base<Model, sgd_options, sgd_overrides> {
     master_.written.keep_for_discard();
     detail::update_each(*this->model_, [&](std::size_t i, auto& p) {
       using P_t = std::remove_cvref_t<decltype(p)>;
-      const sgd_options o = this->options_of(i);
+      const sgd_options& o = of[i];
       const auto w = master_.weight(p, i, o.master_weights);
       const auto d = cast<float>(p.grad()) + o.weight_decay * w;
       if (o.momentum == 0.0f) {
