@@ -178,10 +178,11 @@ lanes_t<P> load_lanes(const T* p) noexcept {
   if constexpr (std::is_same_v<T, bf16>) return kernels::simd::load_bf16<lanes_t<P>>(reinterpret_cast<const std::uint16_t*>(p));
   else return lanes_t<P>::load_unaligned(p);
 }
-/// Lanes stored as T (bf16: rounded once, here).
+/// Lanes stored as T (bf16: rounded once, here; float batches typed as floats: store_floats).
 template <class T, class V>
 void store_lanes(T* p, V v) noexcept {
   if constexpr (std::is_same_v<T, bf16>) kernels::simd::store_bf16(reinterpret_cast<std::uint16_t*>(p), kernels::simd::round_bf16(v));
+  else if constexpr (std::is_same_v<T, float> && !std::is_same_v<V, float>) kernels::simd::store_floats(p, v);
   else v.store_unaligned(p);
 }
 

@@ -108,7 +108,9 @@ inline bool streams_output(std::size_t bytes, const bound& b, const void* out, s
 /// (a statement's all), and a row loop's NTemps columns — are copies in the loop's own frame
 /// (`b`). A loop's vector stores may alias any memory the compiler cannot see is private, so
 /// with the caller's arrays it reads every pointer and scalar again for each packet; with
-/// these it keeps them in registers.
+/// these, and its float packets stored as floats (store_lanes: kernels::simd::store_floats,
+/// not xsimd's may_alias store, which g++ 12 takes to change them too), it keeps them in
+/// registers.
 template <std::size_t NLeaves, std::size_t NScalars, std::size_t NTemps, class B>
 struct local_slots {
   std::array<const void*, NLeaves> leaves{};

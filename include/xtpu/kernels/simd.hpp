@@ -16,6 +16,8 @@
 //     that follows, whatever -ffp-contract the user's compiler runs with;
 //   mul, to_bits, from_bits, select, shift_left, to_int_trunc, to_float_of — written once for both kinds
 //     of lanes, so a loop's scalar tail and its SIMD body compute the same bits;
+//   store_floats(p, v) — a store typed as floats (not may_alias as xsimd's), so a loop's
+//     pointers and scalars stay in registers across it;
 //   store_stream(p, v) / stream_fence() — a store that skips the cache (no read of the line
 //     first: a loop whose output will not stay in the cache writes it once, not twice), and
 //     the fence that orders such stores before the end of a piece of work;
@@ -333,6 +335,24 @@ inline void store_stream(float* p, xsimd::batch<float, A> v) noexcept {
   v.store_aligned(p);
 #endif
 }
+/// v stored at p (unaligned) as floats the compiler can tell apart from other types: xsimd's
+/// store_unaligned writes through a may_alias vector type, which a compiler must take to
+/// change memory of any type — a loop's own copies of its slot pointers and scalars
+/// (eval/loop.hpp's local_slots) among them, read again after every packet (g++ 12: four
+/// pointer loads and a scalar conversion per packet of `max(a*b+c, 0)*d`). This store is
+/// typed as the floats it writes (GNU vector types alias their element type), so the
+/// compiler keeps the slots in registers. The bits are v's.
+template <class A>
+inline void store_floats(float* p, xsimd::batch<float, A> v) noexcept {
+#if defined(__GNUC__)
+  using reg = typename xsimd::batch<float, A>::register_type;
+  typedef float floats [[gnu::vector_size(sizeof(reg)), gnu::aligned(alignof(float))]];
+  *reinterpret_cast<floats*>(p) = std::bit_cast<floats>(static_cast<reg>(v));
+#else
+  v.store_unaligned(p);
+#endif
+}
+
 /// Orders this thread's streamed stores before its later stores (a job's completion flag).
 inline void stream_fence() noexcept {
 #if XTPU_X86
