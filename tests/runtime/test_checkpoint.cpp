@@ -119,6 +119,15 @@ TEST(Safetensors, EveryTruncationAndHeaderDamageIsACheckpointError) {
   EXPECT_GT(2 * errors, tries);  // most are caught; the rest rename a tensor or change metadata
   const std::string m = error_message<xtpu::checkpoint_error>([&] { xtpu::io::safetensors_file::read(scratch("none").string()); });
   EXPECT_TRUE(has(m, "cannot open: No such file or directory")) << m;
+  // a file of another kind says so; a cut one, that it is short
+  std::ofstream(cut, std::ios::binary | std::ios::trunc) << "step,loss\n0,2.30\n1,2.15\n";
+  const std::string text = error_message<xtpu::checkpoint_error>([&] { xtpu::io::safetensors_file::read(cut); });
+  EXPECT_TRUE(has(text, "is not a safetensors file: its first 8 bytes are no header length")) << text;
+  std::ofstream(cut, std::ios::binary | std::ios::trunc).write(whole.data(), static_cast<std::streamsize>(8 + header / 2));
+  const std::string short_header = error_message<xtpu::checkpoint_error>([&] { xtpu::io::safetensors_file::read(cut); });
+  EXPECT_TRUE(has(short_header, "its header length is " + std::to_string(header) + " bytes, but only " +
+                                    std::to_string(header / 2) + " follow (truncated)"))
+      << short_header;
 }
 
 TEST(Safetensors, SizesThatAreNotWholeNumbersOrOverflowAreErrors) {
@@ -651,7 +660,7 @@ TEST(Checkpoint, OptionsOrGroupsThatDoNotFitAreToldAndChangeNothing) {
 
   // damaged values: every one named, and nothing of the model or optimizer changes
   auto meta = f.metadata();
-  meta["xtpu.optimizer.options"] = R"({"beta1":0.9,"beta2":0.999,"eps":1e-08,"lr":true,"master_weights":1,"weight_decay":0.01})";
+  meta["xtpu.optimizer.options"] = R"({"beta1":1.5,"beta2":0.999,"eps":-1e-08,"lr":true,"master_weights":1,"weight_decay":0.01})";
   meta["xtpu.optimizer.no_decay"] = R"(["fc9.bias",3])";
   meta["xtpu.optimizer.lr_scale"] = R"({"head.weight":-1,"fc1.bias":"x","nope":2})";
   const std::string bad = scratch("bad_groups.safetensors").string();
@@ -661,8 +670,9 @@ TEST(Checkpoint, OptionsOrGroupsThatDoNotFitAreToldAndChangeNothing) {
   opt_c.no_decay([](std::string_view n) { return n == "head.weight"; });
   const auto c_before = values(c);
   const std::string d = error_message<xtpu::checkpoint_error>([&] { xtpu::io::load(bad, c, opt_c); });
-  EXPECT_TRUE(has(d, "does not fit: optimizer option lr is true in the file, not a number; optimizer option "
-                     "master_weights is 1 in the file, not a bool; unexpected no_decay parameter \"fc9.bias\"; "
+  EXPECT_TRUE(has(d, "does not fit: optimizer option lr is true in the file, not a number; optimizer option beta1 is "
+                     "1.5 in the file, not in [0, 1); optimizer option eps is -1e-08 in the file, not finite and >= 0; "
+                     "optimizer option master_weights is 1 in the file, not a bool; unexpected no_decay parameter \"fc9.bias\"; "
                      "unexpected no_decay parameter 3; lr_scale of \"fc1.bias\" is \"x\" in the file, not a factor "
                      "lr_scale takes (finite and >= 0); lr_scale of \"head.weight\" is -1 in the file, not a factor "
                      "lr_scale takes (finite and >= 0); unexpected lr_scale parameter \"nope\""))
@@ -684,6 +694,13 @@ TEST(Checkpoint, OptionsOrGroupsThatDoNotFitAreToldAndChangeNothing) {
   opt.options().weight_decay = std::numeric_limits<float>::infinity();
   const std::string w = error_message<xtpu::checkpoint_error>([&] { xtpu::io::save(path, a, opt); });
   EXPECT_TRUE(has(w, "the optimizer option weight_decay is inf, which a checkpoint cannot hold")) << w;
+  EXPECT_EQ(xtpu::io::safetensors_file::read(path).metadata().at("xtpu.optimizer.options"),
+            f.metadata().at("xtpu.optimizer.options"));
+  // and so does one a load would refuse (a step too)
+  opt.options().weight_decay = 0.01f;
+  opt.options().beta2 = 1.0f;
+  const std::string r = error_message<xtpu::checkpoint_error>([&] { xtpu::io::save(path, a, opt); });
+  EXPECT_TRUE(has(r, "the optimizer option beta2 is 1.000000, not in [0, 1) (a load would refuse it)")) << r;
   EXPECT_EQ(xtpu::io::safetensors_file::read(path).metadata().at("xtpu.optimizer.options"),
             f.metadata().at("xtpu.optimizer.options"));
 }

@@ -1,5 +1,6 @@
 // The lazy runtime: recording, step keys, the plan cache, CSE, dead statements, syncs,
 // exceptions and threads.
+#include "files.hpp"
 #include "reference.hpp"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,33 @@ struct Lazy : ::testing::Test {
   static std::int64_t count(const char* n) { return metrics::counter(n); }
 };
 }  // namespace
+
+namespace {
+/// A forward that names its module's result (a tensor) and returns an expression over it:
+/// the expression refers to `h` after the call has returned (docs/lifetimes.md).
+struct leaky {
+  xtpu::nn::linear<4, 4> fc;
+  [[gnu::noinline]] auto operator()(const xtpu::tensor<float, 2, 4>& x) const {
+    const auto h = fc(x);  // a tensor
+    return xtpu::relu(h) * 2.0f;
+  }
+};
+}  // namespace
+BOOST_HANA_ADAPT_STRUCT(leaky, fc);
+
+TEST_F(Lazy, AnExpressionWhoseTensorIsGoneIsAnErrorInAnUncheckedBuild) {
+  // the unchecked build's mark: a destroyed tensor's word is cleared, so recording the
+  // expression that outlived it throws (the checked build's message) and records nothing
+  leaky m = xtpu::nn::init<leaky>(0);
+  const auto x = device<float, 2, 4>(values(8, 1));
+  xtpu::mark_step();
+  const auto e = m(x);
+  const std::size_t before = xtpu::lazy::pending_statements();
+  const std::string what = error_message<xtpu::error>([&] { xtpu::tensor<float, 2, 4> y = e; });
+  EXPECT_NE(what.find("an expression refers to a tensor that no longer exists"), std::string::npos) << what;
+  EXPECT_EQ(xtpu::lazy::pending_statements(), before);
+  xtpu::mark_step();
+}
 
 TEST_F(Lazy, AssignmentRecordsAndMarkStepRuns) {
   auto x = device<float, 4, 4>(values(16, 1));

@@ -586,7 +586,9 @@ TEST(Optim, ParamGroupValuesAreCheckedAndNoDecayStillWins) {
   std::vector<xtpu::optim::adam_overrides> two(2);
   two[0].beta2 = INFINITY;
   const std::string inf = xtpu_test::error_message<xtpu::error>([&] { opt.set_overrides(two); });
-  EXPECT_NE(inf.find("xtpu: optim: set_overrides' beta2 must be finite and >= 0, got inf"), std::string::npos) << inf;
+  EXPECT_NE(inf.find("xtpu: optim: set_overrides' beta2 must be in [0, 1), got inf"), std::string::npos) << inf;
+  const std::string one = xtpu_test::error_message<xtpu::error>([&] { opt.param_group(only_v, {.beta2 = 1.0f}); });
+  EXPECT_NE(one.find("xtpu: optim: param_group's beta2 must be in [0, 1), got 1.000000"), std::string::npos) << one;
   const std::string size = xtpu_test::error_message<xtpu::error>([&] { opt.set_overrides(std::vector<xtpu::optim::adam_overrides>(3)); });
   EXPECT_NE(size.find("set_overrides needs one entry per parameter (2), got 3"), std::string::npos) << size;
   two[0].beta2 = 0.9f;
@@ -618,6 +620,58 @@ TEST(Optim, ParamGroupValuesAreCheckedAndNoDecayStillWins) {
   xtpu::optimizer_step(sgd);
   EXPECT_TRUE(all_near(host(s.v), {1.0 - 0.3, -0.25 - 0.3, 0.75 - 0.3, -2.0 - 0.3}, 1e-6, 1e-7));
   EXPECT_TRUE(all_near(host(s.w), {0.5 - 0.38, -1.0 - 0.38, 2.0 - 0.38}, 1e-6, 1e-7));  // lr (d + 0.9 d), d = 2
+}
+
+TEST(Optim, OptionsOutOfRangeAreRefusedWhenMadeAndWhenAStepFindsThem) {
+  // torch's ranges: a rate, momentum, decay or eps finite and >= 0, betas in [0, 1)
+  pair_model model = make_pair();
+  const auto made = [&](auto make) { return xtpu_test::error_message<xtpu::error>(make); };
+  EXPECT_NE(made([&] { xtpu::optim::adamw bad(model, {.lr = NAN}); }).find("xtpu: optim: options' lr must be finite and >= 0, got nan"),
+            std::string::npos);
+  EXPECT_NE(made([&] { xtpu::optim::adam bad(model, {.beta2 = 1.5f}); }).find("xtpu: optim: options' beta2 must be in [0, 1), got 1.5"),
+            std::string::npos);
+  EXPECT_NE(made([&] { xtpu::optim::adamw bad(model, {.beta1 = -0.1f}); }).find("options' beta1 must be in [0, 1)"), std::string::npos);
+  EXPECT_NE(made([&] { xtpu::optim::adamw bad(model, {.eps = -1e-8f}); }).find("options' eps must be finite and >= 0"), std::string::npos);
+  EXPECT_NE(made([&] { xtpu::optim::sgd bad(model, {.lr = -1.0f}); }).find("options' lr must be finite and >= 0, got -1"), std::string::npos);
+  EXPECT_NE(made([&] { xtpu::optim::sgd bad(model, {.momentum = INFINITY}); }).find("options' momentum must be finite and >= 0, got inf"),
+            std::string::npos);
+  EXPECT_NE(made([&] { xtpu::optim::sgd bad(model, {.weight_decay = -0.5f}); }).find("options' weight_decay must be"), std::string::npos);
+  EXPECT_NE(made([&] { xtpu::optim::sgd bad(model, {.dampening = NAN}); }).find("options' dampening must be"), std::string::npos);
+  xtpu::optim::sgd{model, {.lr = 0.0f}};  // the edges are in range
+  xtpu::optim::adam{model, {.beta1 = 0.0f, .beta2 = 0.0f, .eps = 0.0f}};
+
+  // options() set out of range after construction (by hand or a schedule): step() refuses it
+  // before recording anything, so the gradients are kept and a corrected step goes on as if
+  // the refused one had never been asked for
+  const auto run = [&](bool refuse_once) {
+    pair_model m = make_pair();
+    xtpu::optim::adamw opt(m, {.lr = 0.1f});
+    for (int t = 0; t < 3; ++t) {
+      xtpu::backward(xtpu::sum(m.w * m.w) + xtpu::sum(m.v * 3.0f));
+      if (refuse_once && t == 1) {
+        opt.options().lr = NAN;
+        const std::string m1 = xtpu_test::error_message<xtpu::error>([&] { xtpu::optimizer_step(opt); });
+        EXPECT_NE(m1.find("xtpu: optim: step: options' lr must be finite and >= 0, got nan"), std::string::npos) << m1;
+        EXPECT_TRUE(m.w.has_grad() && m.v.has_grad());
+        EXPECT_EQ(opt.steps(), 1);
+        opt.options().lr = 0.1f;
+        opt.options().beta2 = 1.0f;
+        EXPECT_NE(xtpu_test::error_message<xtpu::error>([&] { opt.step(); }).find("step: options' beta2 must be in [0, 1), got 1"),
+                  std::string::npos);
+        opt.options().beta2 = 0.999f;
+      }
+      xtpu::optimizer_step(opt);
+    }
+    return std::pair(host(m.w), host(m.v));
+  };
+  EXPECT_EQ(run(true), run(false));
+  pair_model s = make_pair();
+  xtpu::optim::sgd sgd(s, {.lr = 0.1f});
+  xtpu::backward(xtpu::sum(s.w * 2.0f));
+  sgd.options().momentum = -1.0f;
+  EXPECT_NE(xtpu_test::error_message<xtpu::error>([&] { sgd.step(); }).find("step: options' momentum must be finite and >= 0, got -1"),
+            std::string::npos);
+  EXPECT_TRUE(s.w.has_grad());
 }
 
 /// Each field of Overrides, set alone to a value no default has, reaches the option of the

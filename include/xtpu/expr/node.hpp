@@ -95,7 +95,11 @@ constexpr std::uint64_t head_hash() {
 /// defined) each tensor object gets a serial number and the set of live ones is kept, so
 /// recording an expression that refers to a destroyed tensor — even one whose address a newer
 /// tensor reuses — is an xtpu::error instead of a read of freed memory (docs/lifetimes.md).
-/// Otherwise it is empty and does nothing.
+/// Otherwise the mark is one word: a live tensor's holds `unchecked_live`, which its
+/// destructor clears (a volatile store, which the compiler keeps although the object dies), so
+/// recording an expression whose tensor is gone is the same error as long as nothing else
+/// took its place — stack memory a later call overwrote, or freed memory, no longer shows the
+/// word. Only a newer tensor at the same address passes; the checked build knows it too.
 struct lifetime_mark {
 #ifdef XTPU_CHECKED_LIFETIMES
   lifetime_mark() : serial_(next()) { table(this, serial_); }
@@ -121,14 +125,33 @@ struct lifetime_mark {
     return it == live.end() ? 0 : it->second;
   }
 #else
-  static constexpr bool alive(const lifetime_mark*, std::uint64_t) noexcept { return true; }
+  lifetime_mark() noexcept = default;
+  lifetime_mark(const lifetime_mark&) noexcept {}  // (its own word: live)
+  lifetime_mark& operator=(const lifetime_mark&) noexcept { return *this; }
+  ~lifetime_mark() { *static_cast<volatile std::uint64_t*>(&serial_) = 0; }
+  /// Whether m still shows a live tensor's word (read as volatile: m may be gone).
+  static bool alive(const lifetime_mark* m, std::uint64_t) noexcept {
+    return *static_cast<const volatile std::uint64_t*>(&m->serial_) == unchecked_live;
+  }
 #endif
  public:
   /// This tensor object's serial (0 in an unchecked build).
-  std::uint64_t lifetime_serial() const noexcept { return serial_; }
+  std::uint64_t lifetime_serial() const noexcept {
+#ifdef XTPU_CHECKED_LIFETIMES
+    return serial_;
+#else
+    return 0;
+#endif
+  }
 
  private:
-  std::uint64_t serial_ = 0;  // in every build, so checked and unchecked objects have one layout
+  static constexpr std::uint64_t unchecked_live = 0x7874'7075'6c69'7665ull;  // "xtpulive"
+  // in every build, so checked and unchecked objects have one layout
+#ifdef XTPU_CHECKED_LIFETIMES
+  std::uint64_t serial_ = 0;
+#else
+  std::uint64_t serial_ = unchecked_live;
+#endif
 };
 
 /// A node's children, held (`args`): up to four, an aggregate with a member per child. Not a
@@ -244,10 +267,10 @@ struct leaf : detail::node_base<leaf<Tensor, Owned>> {
     else return *held;
   }
   /// The held tensor's storage; an xtpu::error if the tensor no longer exists (checked
-  /// builds) or was moved from.
+  /// builds; others when its lifetime_mark shows it) or was moved from.
   const std::shared_ptr<detail::storage>& storage() const {
     if constexpr (!Owned) {
-      if (!detail::lifetime_mark::alive(held, serial))  // a derived-to-base conversion: held is not read
+      if (!detail::lifetime_mark::alive(held, serial))  // (checked builds look held's address up; others read its mark)
         throw error("xtpu: an expression refers to a tensor that no longer exists (it was captured by reference "
                     "and went out of scope first); see docs/lifetimes.md");
     }

@@ -157,8 +157,8 @@ template <class Opt>
 concept has_groups = requires(Opt& o, float f) {
   { o.groups().decays[0] } -> std::convertible_to<bool>;
   { o.groups().lr_factors[0] } -> std::convertible_to<float>;
-  { o.groups().valid_factor(f) } -> std::convertible_to<bool>;
-  std::string(o.groups().factor_rule);
+  { o.groups().valid_value(std::string_view(), f) } -> std::convertible_to<bool>;
+  std::string(o.groups().value_rule(std::string_view()));
   o.set_groups(o.groups());
 };
 
@@ -181,24 +181,32 @@ inline json_f32 parsed_json(const std::string& path, const std::string& key, con
 }
 
 /// The optimizer's options as "xtpu.optimizer.options" holds them: {"lr": 0.01, ...}; an
-/// option that is infinite or NaN (which JSON cannot hold) fails the save, before anything is
-/// read or written.
-template <class Options>
-std::string options_text(const std::string& path, Options o) {  // (a copy: for_each hands out references)
+/// option that is infinite or NaN (which JSON cannot hold), or out of the range `rules` (the
+/// optimizer's parameter_groups, when it has them) gives its key — what a load would refuse —
+/// fails the save, before anything is read or written.
+template <class Options, class Rules = void>
+std::string options_text(const std::string& path, Options o, const Rules* rules = nullptr) {  // (o a copy: for_each hands out references)
   json_f32 j = json_f32::object();
   o.for_each([&](const char* key, const auto& v) {
-    if constexpr (std::is_floating_point_v<std::remove_cvref_t<decltype(v)>>)
+    if constexpr (std::is_floating_point_v<std::remove_cvref_t<decltype(v)>>) {
       if (!std::isfinite(v))
         io::detail::fail(path, std::string("the optimizer option ") + key + " is " + std::to_string(v) +
                                    ", which a checkpoint cannot hold (options are saved as JSON numbers)");
+      if constexpr (!std::is_void_v<Rules>)
+        if (!rules->valid_value(key, v))
+          io::detail::fail(path, std::string("the optimizer option ") + key + " is " + std::to_string(v) + ", not " +
+                                     std::string(rules->value_rule(key)) + " (a load would refuse it)");
+    }
     j[key] = v;
   });
   return j.dump();
 }
 /// Reads "xtpu.optimizer.options" into o (a copy of the optimizer's): every key o has, of its
-/// type (a bool, or a number), and no other; each difference joins diffs.
-template <class Options>
-void read_options(const std::string& path, const std::string& text, Options& o, std::vector<std::string>& diffs) {
+/// type (a bool, or a number — one that `rules`, the optimizer's parameter_groups, takes for
+/// that key, when it has them), and no other; each difference joins diffs.
+template <class Options, class Rules = void>
+void read_options(const std::string& path, const std::string& text, Options& o, std::vector<std::string>& diffs,
+                  const Rules* rules = nullptr) {
   const json_f32 j = parsed_json(path, "xtpu.optimizer.options", text, true);
   std::set<std::string> known;
   o.for_each([&](const char* key, auto& v) {
@@ -209,6 +217,10 @@ void read_options(const std::string& path, const std::string& text, Options& o, 
     if (flag ? !it->is_boolean() : !it->is_number())
       return diffs.push_back(std::string("optimizer option ") + key + " is " + it->dump() + " in the file, not a " +
                              (flag ? "bool" : "number"));
+    if constexpr (!flag && !std::is_void_v<Rules>)
+      if (!rules->valid_value(key, it->template get<float>()))
+        return diffs.push_back(std::string("optimizer option ") + key + " is " + it->dump() + " in the file, not " +
+                               std::string(rules->value_rule(key)));
     v = it->template get<std::remove_cvref_t<decltype(v)>>();
   });
   for (const auto& item : j.items())
@@ -264,9 +276,9 @@ void read_groups(const std::string& path, const std::map<std::string, std::strin
       const std::string name = json_f32(item.key()).dump();  // quoted, as no_decay's
       const auto i = parameter(json_f32(item.key()));
       if (!i) diffs.push_back("unexpected lr_scale parameter " + name);
-      else if (!item.value().is_number() || !g.valid_factor(item.value().template get<float>()))
+      else if (!item.value().is_number() || !g.valid_value("lr_factor", item.value().template get<float>()))
         diffs.push_back("lr_scale of " + name + " is " + item.value().dump() + " in the file, not a factor lr_scale takes (" +
-                        std::string(g.factor_rule) + ")");
+                        std::string(g.value_rule("lr_factor")) + ")");
       else g.lr_factors[*i] = item.value().template get<float>();
     }
   }
@@ -294,7 +306,7 @@ std::string overrides_text(const std::vector<std::string>& names, const std::vec
 /// Reads the file's "xtpu.optimizer.overrides", if it has it, into v (a copy of the
 /// optimizer's): it replaces every parameter's values; each name must be one of the model's,
 /// each key one of Overrides', each value of the field's type and, for a number, one that
-/// groups (the optimizer's parameter_groups) takes as a factor; differences join diffs.
+/// groups (the optimizer's parameter_groups) takes for that key; differences join diffs.
 template <class Overrides, class Groups>
 void read_overrides(const std::string& path, const std::map<std::string, std::string>& meta,
                     const std::vector<std::string>& names, std::vector<Overrides>& v, const Groups& groups,
@@ -324,10 +336,10 @@ void read_overrides(const std::string& path, const std::map<std::string, std::st
         using V = typename std::remove_cvref_t<decltype(value)>::value_type;
         constexpr bool flag = std::is_same_v<V, bool>;
         const json_f32& x = field.value();
-        if (flag ? !x.is_boolean() : (!x.is_number() || !groups.valid_factor(x.template get<float>())))
+        if (flag ? !x.is_boolean() : (!x.is_number() || !groups.valid_value(key, x.template get<float>())))
           return diffs.push_back("param_group's " + std::string(key) + " of " + name + " is " + x.dump() +
                                  " in the file, not " +
-                                 (flag ? "a bool" : "a value param_group takes (" + std::string(groups.factor_rule) + ")"));
+                                 (flag ? "a bool" : "a value param_group takes (" + std::string(groups.value_rule(key)) + ")"));
         value = x.template get<V>();
       });
       if (!known) diffs.push_back("unexpected param_group value " + json_f32(field.key()).dump() + " of " + name);
@@ -397,7 +409,8 @@ auto file_options(const std::string& path, const std::map<std::string, std::stri
         diffs.push_back("the file's optimizer is " + k->second + ", this one " + std::string(Opt::kind));
     if (const auto it = meta.find("xtpu.optimizer.options"); it != meta.end()) {
       o = opt->options();
-      read_options(path, it->second, *o, diffs);
+      if constexpr (has_groups<Opt>) read_options(path, it->second, *o, diffs, &opt->groups());
+      else read_options(path, it->second, *o, diffs);
     }
     return o;
   }
@@ -435,7 +448,8 @@ void save_impl(const std::string& path, const Model& model, Opt* opt, const chec
   std::map<std::string, std::string> meta = info.user;
   if constexpr (!std::is_same_v<Opt, void>) {  // (may fail: before anything is staged)
     if constexpr (has_kind<Opt>) meta["xtpu.optimizer.kind"] = std::string(Opt::kind);
-    if constexpr (has_options<Opt>) meta["xtpu.optimizer.options"] = options_text(path, opt->options());
+    if constexpr (has_options<Opt> && has_groups<Opt>) meta["xtpu.optimizer.options"] = options_text(path, opt->options(), &opt->groups());
+    else if constexpr (has_options<Opt>) meta["xtpu.optimizer.options"] = options_text(path, opt->options());
     if constexpr (has_groups<Opt>)
       std::tie(meta["xtpu.optimizer.no_decay"], meta["xtpu.optimizer.lr_scale"]) =
           groups_text(nn::parameter_names<Model>(), opt->groups());

@@ -161,8 +161,12 @@ class safetensors_file {
     std::uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = n << 8 | std::to_integer<std::uint64_t>(f.buffer_[static_cast<std::size_t>(i)]);
     if (n > f.buffer_.size() - 8) {
+      // a JSON header starts with '{': without one the file is something else (a text, an archive)
+      if (f.buffer_.size() == 8 || f.buffer_[8] != std::byte{'{'})
+        detail::fail(path, "is not a safetensors file: its first 8 bytes are no header length (they say " + std::to_string(n) +
+                               " bytes, and " + std::to_string(f.buffer_.size() - 8) + " follow) and no JSON header follows them");
       detail::fail(path, "its header length is " + std::to_string(n) + " bytes, but only " +
-                             std::to_string(f.buffer_.size() - 8) + " follow (truncated, or not safetensors)");
+                             std::to_string(f.buffer_.size() - 8) + " follow (truncated)");
     }
     const auto* text = reinterpret_cast<const char*>(f.buffer_.data() + 8);
     nlohmann::json header;

@@ -358,8 +358,13 @@ struct multihead_attention {
       return detail::as_tensor(
           permute<0, 2, 1, 3>(reshape<batch, SS::dims[SS::rank - 2], Heads, head_dim>(matmul<Prec>(src, transpose(w)) + b)));
     };
-    const auto o = detail::attention<Prec>(heads.template operator()<0>(x), heads.template operator()<1>(m),
-                                           heads.template operator()<2>(m), mask, drop);  // (B, Heads, Sq, head_dim)
+    // q, k and v recorded in this order, one statement each: as three arguments of one call
+    // their order would be the compiler's (C++ leaves it unspecified), and with it the order
+    // x's three gradient parts are added in under self-attention (docs/numerics.md)
+    const auto q = heads.template operator()<0>(x);
+    const auto k = heads.template operator()<1>(m);
+    const auto v = heads.template operator()<2>(m);
+    const auto o = detail::attention<Prec>(q, k, v, mask, drop);  // (B, Heads, Sq, head_dim)
     // heads joined: (B, Heads, Sq, head_dim) -> (B, Sq, D), then out_proj
     const auto joined = detail::as_tensor(reshape_to(permute<0, 2, 1, 3>(o), S{}));
     return out_proj(joined);

@@ -28,10 +28,12 @@
 // and load restores (torch's param_groups).
 // optim::clip_grad_norm(model, max_norm): torch's clip_grad_norm_, lazily (no host sync).
 // Shape rule: a state tensor has its parameter's shape. Errors: E603 (the model is not a
-// module); xtpu::error from sgd's step for Nesterov without momentum or with dampening, and
-// from lr_scale or set_groups for a factor, and from param_group or set_overrides for a
-// value, that is negative, infinite or NaN, and from set_groups or set_overrides for a list
-// of another size (nothing set);
+// module); xtpu::error, with nothing made, set or recorded: from the constructor, and from
+// step() before it records anything, for an option out of its range, from lr_scale or
+// set_groups for such a factor and from param_group or set_overrides for such a value
+// (parameter_groups::valid_value: beta1 and beta2 in [0, 1), every other one finite and
+// >= 0), from sgd's step for Nesterov without momentum or with dampening, and from set_groups
+// or set_overrides for a list of another size;
 // from optimizer_step what mark_step throws (out_of_memory, compilation_error after
 // no_recompile_after: the step stays pending).
 #pragma once
@@ -136,20 +138,43 @@ struct adam_overrides {
 /// and set_groups checks and sets them whole (a checkpoint saves and restores them).
 struct parameter_groups {
   explicit parameter_groups(std::size_t n) : decays(n, 1), lr_factors(n, 1.0f) {}
-  /// Whether lr_scale takes factor (and param_group a value): finite and >= 0 (NaN is not);
-  /// factor_rule says so in the messages.
-  static bool valid_factor(float factor) noexcept { return factor >= 0.0f && factor <= std::numeric_limits<float>::max(); }
-  static constexpr std::string_view factor_rule = "finite and >= 0";
+  /// Whether an optimizer takes v for the float option or param_group value `key` (an options
+  /// field's key; lr_scale's factor is "lr_factor"): beta1 and beta2 in [0, 1) (torch's
+  /// range), every other one (a rate, momentum, dampening, weight decay, eps, a factor) finite
+  /// and >= 0 — NaN is neither. value_rule(key) says which in the messages. The one place
+  /// these ranges live: the options, param_group, lr_scale, set_groups, set_overrides and a
+  /// checkpoint's load all ask it.
+  static bool valid_value(std::string_view key, float v) noexcept {
+    if (is_beta(key)) return v >= 0.0f && v < 1.0f;
+    return v >= 0.0f && v <= std::numeric_limits<float>::max();
+  }
+  static std::string_view value_rule(std::string_view key) noexcept { return is_beta(key) ? "in [0, 1)" : "finite and >= 0"; }
   std::vector<char> decays;
   std::vector<float> lr_factors;
+
+ private:
+  static bool is_beta(std::string_view key) noexcept { return key == "beta1" || key == "beta2"; }
 };
 
 namespace detail {
-/// The one message of a factor or value that lr_scale, set_groups, param_group or
-/// set_overrides refuses (`what`: whose).
-inline std::string refused_factor(std::string_view what, float factor) {
-  return "xtpu: optim: " + std::string(what) + " must be " + std::string(parameter_groups::factor_rule) + ", got " +
-         std::to_string(factor);
+/// The one message of a value that the options, lr_scale, set_groups, param_group or
+/// set_overrides refuse (`what`: whose; `key`: its rule's, parameter_groups::valid_value).
+inline std::string refused_value(std::string_view what, std::string_view key, float v) {
+  return "xtpu: optim: " + std::string(what) + " must be " + std::string(parameter_groups::value_rule(key)) + ", got " +
+         std::to_string(v);
+}
+/// xtpu::error for the first float field of o (options or a param group's values) that
+/// parameter_groups::valid_value refuses; `who` (the caller) starts the field's name.
+template <class Fields>
+void check_values(Fields o, std::string_view who) {  // (a copy: for_each hands out references)
+  o.for_each([&](const char* key, const auto& value) {
+    using V = std::remove_cvref_t<decltype(value)>;
+    if constexpr (std::is_same_v<V, float>) {
+      if (!parameter_groups::valid_value(key, value)) throw error(refused_value(std::string(who) + key, key, value));
+    } else if constexpr (std::is_same_v<V, std::optional<float>>) {
+      if (value && !parameter_groups::valid_value(key, *value)) throw error(refused_value(std::string(who) + key, key, *value));
+    }
+  });
 }
 
 /// Each field that ov (an sgd_overrides or adam_overrides) gives, assigned to t's field of the
@@ -195,7 +220,7 @@ class optimizer_base {
   /// sets options().lr moves them all); returns how many.
   template <class Pred>
   std::size_t lr_scale(Pred pred, float factor) {
-    if (!parameter_groups::valid_factor(factor)) throw error(refused_factor("lr_scale's factor", factor));
+    if (!parameter_groups::valid_value("lr_factor", factor)) throw error(refused_value("lr_scale's factor", "lr_factor", factor));
     return each_named(pred, [&](std::size_t i) { groups_.lr_factors[i] = factor; });
   }
   /// What no_decay and lr_scale set, per parameter; set_groups replaces it whole (a checkpoint's
@@ -207,7 +232,7 @@ class optimizer_base {
       throw error("xtpu: optim: set_groups needs one entry per parameter (" + std::to_string(n) + "), got " +
                   std::to_string(g.decays.size()) + " decays and " + std::to_string(g.lr_factors.size()) + " factors");
     for (const float f : g.lr_factors)
-      if (!parameter_groups::valid_factor(f)) throw error(refused_factor("a factor given to set_groups", f));
+      if (!parameter_groups::valid_value("lr_factor", f)) throw error(refused_value("a factor given to set_groups", "lr_factor", f));
     groups_ = std::move(g);
   }
   /// The parameters pred accepts take each field ov gives in place of options()'s from now on
@@ -218,7 +243,7 @@ class optimizer_base {
   /// many; xtpu::error for a value that is negative, infinite or NaN (nothing set).
   template <class Pred>
   std::size_t param_group(Pred pred, const Overrides& ov) {
-    check(ov, "param_group's ");
+    check_values(ov, "param_group's ");
     return each_named(pred, [&](std::size_t i) { (void)assign_given(overrides_[i], ov); });
   }
   /// What param_group set, per parameter (declaration order); set_overrides replaces it whole
@@ -230,7 +255,7 @@ class optimizer_base {
     if (v.size() != n)
       throw error("xtpu: optim: set_overrides needs one entry per parameter (" + std::to_string(n) + "), got " +
                   std::to_string(v.size()));
-    for (const Overrides& ov : v) check(ov, "set_overrides' ");
+    for (const Overrides& ov : v) check_values(ov, "set_overrides' ");
     overrides_ = std::move(v);
   }
   /// The options parameter i (declaration order) updates with: options() with its group's
@@ -245,8 +270,15 @@ class optimizer_base {
   void zero_grad() { nn::zero_grad(*model_); }
 
  protected:
+  /// xtpu::error for an option parameter_groups::valid_value refuses (a NaN or negative rate,
+  /// a beta of 1 or more): nothing is made.
   optimizer_base(Model& model, Options o)
-      : model_(&model), o_(o), groups_(nn::parameter_tensors_v<Model>), overrides_(nn::parameter_tensors_v<Model>) {}
+      : model_(&model), o_(o), groups_(nn::parameter_tensors_v<Model>), overrides_(nn::parameter_tensors_v<Model>) {
+    check_values(o_, "options' ");
+  }
+  /// The same for options() as a step finds them (a schedule or the user may have set them):
+  /// called by step() before it records anything.
+  void check_options() const { check_values(o_, "step: options' "); }
   Model* model_;
 
  private:
@@ -262,13 +294,6 @@ class optimizer_base {
     });
     for (const std::size_t k : named) set(k);
     return named.size();
-  }
-  /// xtpu::error for the first float field of ov that param_group refuses (`who`: the caller).
-  static void check(Overrides ov, std::string_view who) {
-    ov.for_each([&](const char* key, const auto& value) {
-      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(value)>, std::optional<float>>)
-        if (value && !parameter_groups::valid_factor(*value)) throw error(refused_factor(std::string(who) + key, *value));
-    });
   }
   Options o_;
   parameter_groups groups_;
@@ -437,10 +462,11 @@ class sgd : public detail::optimizer_base<Model, sgd_options, sgd_overrides> {
         master_(nn::parameter_tensors_v<Model>) {}
 
   /// Records the update of every parameter (its statements show `where`'s line); xtpu::error,
-  /// before anything is recorded, when a parameter's options ask for Nesterov without momentum
-  /// or with dampening.
+  /// before anything is recorded, for an option the constructor would refuse, or when a
+  /// parameter's options ask for Nesterov without momentum or with dampening.
   void step(xtpu::source_location where = xtpu::source_location::current()) {
     const xtpu::detail::site_scope site(where);
+    this->check_options();
     std::vector<sgd_options> of;  // each parameter's options_of, checked before anything is recorded
     of.reserve(nn::parameter_tensors_v<Model>);
     nn::for_each_parameter(*this->model_, [&](const std::string& name, const auto&) {
@@ -498,9 +524,11 @@ class adam_family : public optimizer_base<Model, Options, adam_overrides> {
   std::int64_t steps() const noexcept { return counts_->t; }
   std::int64_t& steps() noexcept { return counts_->t; }  // settable: a checkpoint restores it
 
-  /// Records the update of every parameter (its statements show `where`'s line).
+  /// Records the update of every parameter (its statements show `where`'s line); xtpu::error,
+  /// before anything is recorded, for an option the constructor would refuse.
   void step(xtpu::source_location where = xtpu::source_location::current()) {
     const xtpu::detail::site_scope site(where);
+    this->check_options();
     counts_.keep_for_discard();
     master_.written.keep_for_discard();
     ++counts_->t;
