@@ -38,6 +38,9 @@ BOOST_HANA_ADAPT_STRUCT(leaky, fc);
 TEST_F(Lazy, AnExpressionWhoseTensorIsGoneIsAnErrorInAnUncheckedBuild) {
   // the unchecked build's mark: a destroyed tensor's word is cleared, so recording the
   // expression that outlived it throws (the checked build's message) and records nothing
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "reads a returned frame's stack, which ASan reports (as it should for a user's dangling read)";
+#endif
   leaky m = xtpu::nn::init<leaky>(0);
   const auto x = device<float, 2, 4>(values(8, 1));
   xtpu::mark_step();

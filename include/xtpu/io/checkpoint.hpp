@@ -40,9 +40,10 @@
 // a layout key (a damaged checkpoint, not a foreign file); a stream's value that is not
 // two integers >= 0; options or groups that are not JSON of the right kind (object, list);
 // saving an option that is infinite or NaN (JSON has no such number: nothing is written, so a
-// run whose rate went NaN keeps its last good checkpoint); and one message
-// listing every difference (another kind of optimizer, an option missing, unexpected or of
-// another type, a group's name the model lacks, a factor lr_scale refuses, a param_group
+// run whose rate went NaN keeps its last good checkpoint) or out of its range (one a load
+// would refuse: optim::parameter_groups::valid_value); and one message
+// listing every difference (another kind of optimizer, an option missing, unexpected, of
+// another type or out of its range, a group's name the model lacks, a factor lr_scale refuses, a param_group
 // value unknown, of another type or refused among them):
 // `missing fc2.bias; fc1.weight is F32 (512, 784) in the file but BF16 (512, 784) in the
 // model; unexpected head.scale`. Seed streams are state, not weights: each stream of the model
@@ -276,9 +277,9 @@ void read_groups(const std::string& path, const std::map<std::string, std::strin
       const std::string name = json_f32(item.key()).dump();  // quoted, as no_decay's
       const auto i = parameter(json_f32(item.key()));
       if (!i) diffs.push_back("unexpected lr_scale parameter " + name);
-      else if (!item.value().is_number() || !g.valid_value("lr_factor", item.value().template get<float>()))
+      else if (!item.value().is_number() || !g.valid_value(g.lr_factor, item.value().template get<float>()))
         diffs.push_back("lr_scale of " + name + " is " + item.value().dump() + " in the file, not a factor lr_scale takes (" +
-                        std::string(g.value_rule("lr_factor")) + ")");
+                        std::string(g.value_rule(g.lr_factor)) + ")");
       else g.lr_factors[*i] = item.value().template get<float>();
     }
   }

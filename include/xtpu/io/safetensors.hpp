@@ -10,7 +10,8 @@
 // spaces to a multiple of 8), then the data: each tensor row-major and little-endian, the
 // offsets relative to the data's start, covering it without gaps or overlaps.
 // Errors: checkpoint_error naming the file and what is wrong: it cannot be opened, written or
-// renamed (the OS's reason); shorter than its header says; a header that is not a JSON object
+// renamed (the OS's reason); not a safetensors file at all (no JSON header after its first 8
+// bytes); shorter than its header says; a header that is not a JSON object
 // of such entries (nlohmann-json's message); an unknown dtype; a byte length that is not the
 // shape's (sizes that are not whole numbers, or too large, included); offsets outside the
 // data, overlapping or leaving gaps (a name given twice shows as one of these, since the JSON
@@ -162,7 +163,7 @@ class safetensors_file {
     for (int i = 7; i >= 0; --i) n = n << 8 | std::to_integer<std::uint64_t>(f.buffer_[static_cast<std::size_t>(i)]);
     if (n > f.buffer_.size() - 8) {
       // a JSON header starts with '{': without one the file is something else (a text, an archive)
-      if (f.buffer_.size() == 8 || f.buffer_[8] != std::byte{'{'})
+      if (f.buffer_.size() > 8 && f.buffer_[8] != std::byte{'{'})
         detail::fail(path, "is not a safetensors file: its first 8 bytes are no header length (they say " + std::to_string(n) +
                                " bytes, and " + std::to_string(f.buffer_.size() - 8) + " follow) and no JSON header follows them");
       detail::fail(path, "its header length is " + std::to_string(n) + " bytes, but only " +

@@ -140,20 +140,30 @@ struct parameter_groups {
   explicit parameter_groups(std::size_t n) : decays(n, 1), lr_factors(n, 1.0f) {}
   /// Whether an optimizer takes v for the float option or param_group value `key` (an options
   /// field's key; lr_scale's factor is "lr_factor"): beta1 and beta2 in [0, 1) (torch's
-  /// range), every other one (a rate, momentum, dampening, weight decay, eps, a factor) finite
-  /// and >= 0 — NaN is neither. value_rule(key) says which in the messages. The one place
+  /// range), every other one (a rate, momentum, dampening, weight decay,
+  /// eps, a factor) finite and >= 0 (stricter than torch, which bounds neither dampening nor
+  /// infinities) — NaN is neither. value_rule(key) says which in the messages. The one place
   /// these ranges live: the options, param_group, lr_scale, set_groups, set_overrides and a
   /// checkpoint's load all ask it.
-  static bool valid_value(std::string_view key, float v) noexcept {
-    if (is_beta(key)) return v >= 0.0f && v < 1.0f;
-    return v >= 0.0f && v <= std::numeric_limits<float>::max();
-  }
-  static std::string_view value_rule(std::string_view key) noexcept { return is_beta(key) ? "in [0, 1)" : "finite and >= 0"; }
+  static bool valid_value(std::string_view key, float v) noexcept { return range_of(key).holds(v); }
+  static std::string_view value_rule(std::string_view key) noexcept { return range_of(key).text; }
+  /// lr_scale's factor's key, as valid_value knows it.
+  static constexpr std::string_view lr_factor = "lr_factor";
   std::vector<char> decays;
   std::vector<float> lr_factors;
 
  private:
-  static bool is_beta(std::string_view key) noexcept { return key == "beta1" || key == "beta2"; }
+  /// A range from 0 and its text, side by side: below `upper`, or up to it when `closed`.
+  struct range {
+    float upper;
+    bool closed;
+    std::string_view text;
+    bool holds(float v) const noexcept { return v >= 0.0f && (closed ? v <= upper : v < upper); }
+  };
+  static range range_of(std::string_view key) noexcept {
+    if (key == "beta1" || key == "beta2") return {1.0f, false, "in [0, 1)"};
+    return {std::numeric_limits<float>::max(), true, "finite and >= 0"};
+  }
 };
 
 namespace detail {
@@ -220,7 +230,8 @@ class optimizer_base {
   /// sets options().lr moves them all); returns how many.
   template <class Pred>
   std::size_t lr_scale(Pred pred, float factor) {
-    if (!parameter_groups::valid_value("lr_factor", factor)) throw error(refused_value("lr_scale's factor", "lr_factor", factor));
+    if (!parameter_groups::valid_value(parameter_groups::lr_factor, factor))
+      throw error(refused_value("lr_scale's factor", parameter_groups::lr_factor, factor));
     return each_named(pred, [&](std::size_t i) { groups_.lr_factors[i] = factor; });
   }
   /// What no_decay and lr_scale set, per parameter; set_groups replaces it whole (a checkpoint's
@@ -232,7 +243,8 @@ class optimizer_base {
       throw error("xtpu: optim: set_groups needs one entry per parameter (" + std::to_string(n) + "), got " +
                   std::to_string(g.decays.size()) + " decays and " + std::to_string(g.lr_factors.size()) + " factors");
     for (const float f : g.lr_factors)
-      if (!parameter_groups::valid_value("lr_factor", f)) throw error(refused_value("a factor given to set_groups", "lr_factor", f));
+      if (!parameter_groups::valid_value(parameter_groups::lr_factor, f))
+        throw error(refused_value("a factor given to set_groups", parameter_groups::lr_factor, f));
     groups_ = std::move(g);
   }
   /// The parameters pred accepts take each field ov gives in place of options()'s from now on
@@ -240,7 +252,7 @@ class optimizer_base {
   /// momentum, betas, eps or weight decay); a field ov leaves out keeps what they had (the
   /// options', or an earlier call's). Run-time scalars like the options (SGD's momentum or
   /// Nesterov turned on or off for a group changes the graph, as it does for all). Returns how
-  /// many; xtpu::error for a value that is negative, infinite or NaN (nothing set).
+  /// many; xtpu::error for a value out of its range (parameter_groups::valid_value; nothing set).
   template <class Pred>
   std::size_t param_group(Pred pred, const Overrides& ov) {
     check_values(ov, "param_group's ");
