@@ -182,7 +182,7 @@ lanes_t<P> load_lanes(const T* p) noexcept {
 template <class T, class V>
 void store_lanes(T* p, V v) noexcept {
   if constexpr (std::is_same_v<T, bf16>) kernels::simd::store_bf16(reinterpret_cast<std::uint16_t*>(p), kernels::simd::round_bf16(v));
-  else if constexpr (std::is_same_v<T, float> && !std::is_same_v<V, float>) kernels::simd::store_floats(p, v);
+  else if constexpr (std::is_same_v<T, float>) kernels::simd::store_floats(p, v);
   else v.store_unaligned(p);
 }
 

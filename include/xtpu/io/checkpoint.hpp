@@ -163,6 +163,14 @@ concept has_groups = requires(Opt& o, float f) {
   o.set_groups(o.groups());
 };
 
+/// The ranges of opt's options (its parameter_groups' valid_value), or none (void) for an
+/// optimizer without groups: what options_text and read_options check a value against.
+template <class Opt>
+auto rules_of(Opt* opt) noexcept {
+  if constexpr (has_groups<Opt>) return &opt->groups();
+  else return static_cast<const void*>(nullptr);
+}
+
 /// JSON whose numbers are float: an option is written as a float's text ("0.01", grisu2's:
 /// enough digits to read back as that float, bit for bit) and read back with strtof.
 using json_f32 = nlohmann::basic_json<std::map, std::vector, std::string, bool, std::int64_t, std::uint64_t, float>;
@@ -182,11 +190,11 @@ inline json_f32 parsed_json(const std::string& path, const std::string& key, con
 }
 
 /// The optimizer's options as "xtpu.optimizer.options" holds them: {"lr": 0.01, ...}; an
-/// option that is infinite or NaN (which JSON cannot hold), or out of the range `rules` (the
-/// optimizer's parameter_groups, when it has them) gives its key — what a load would refuse —
+/// option that is infinite or NaN (which JSON cannot hold), or out of the range `rules`
+/// (rules_of: the optimizer's parameter_groups, or none) gives its key — what a load would refuse —
 /// fails the save, before anything is read or written.
-template <class Options, class Rules = void>
-std::string options_text(const std::string& path, Options o, const Rules* rules = nullptr) {  // (o a copy: for_each hands out references)
+template <class Options, class Rules>
+std::string options_text(const std::string& path, Options o, const Rules* rules) {  // (o a copy: for_each hands out references)
   json_f32 j = json_f32::object();
   o.for_each([&](const char* key, const auto& v) {
     if constexpr (std::is_floating_point_v<std::remove_cvref_t<decltype(v)>>) {
@@ -203,11 +211,11 @@ std::string options_text(const std::string& path, Options o, const Rules* rules 
   return j.dump();
 }
 /// Reads "xtpu.optimizer.options" into o (a copy of the optimizer's): every key o has, of its
-/// type (a bool, or a number — one that `rules`, the optimizer's parameter_groups, takes for
-/// that key, when it has them), and no other; each difference joins diffs.
-template <class Options, class Rules = void>
+/// type (a bool, or a number — one that `rules`, rules_of's, takes for that key, when there
+/// are rules), and no other; each difference joins diffs.
+template <class Options, class Rules>
 void read_options(const std::string& path, const std::string& text, Options& o, std::vector<std::string>& diffs,
-                  const Rules* rules = nullptr) {
+                  const Rules* rules) {
   const json_f32 j = parsed_json(path, "xtpu.optimizer.options", text, true);
   std::set<std::string> known;
   o.for_each([&](const char* key, auto& v) {
@@ -410,8 +418,7 @@ auto file_options(const std::string& path, const std::map<std::string, std::stri
         diffs.push_back("the file's optimizer is " + k->second + ", this one " + std::string(Opt::kind));
     if (const auto it = meta.find("xtpu.optimizer.options"); it != meta.end()) {
       o = opt->options();
-      if constexpr (has_groups<Opt>) read_options(path, it->second, *o, diffs, &opt->groups());
-      else read_options(path, it->second, *o, diffs);
+      read_options(path, it->second, *o, diffs, rules_of(opt));
     }
     return o;
   }
@@ -449,8 +456,7 @@ void save_impl(const std::string& path, const Model& model, Opt* opt, const chec
   std::map<std::string, std::string> meta = info.user;
   if constexpr (!std::is_same_v<Opt, void>) {  // (may fail: before anything is staged)
     if constexpr (has_kind<Opt>) meta["xtpu.optimizer.kind"] = std::string(Opt::kind);
-    if constexpr (has_options<Opt> && has_groups<Opt>) meta["xtpu.optimizer.options"] = options_text(path, opt->options(), &opt->groups());
-    else if constexpr (has_options<Opt>) meta["xtpu.optimizer.options"] = options_text(path, opt->options());
+    if constexpr (has_options<Opt>) meta["xtpu.optimizer.options"] = options_text(path, opt->options(), rules_of(opt));
     if constexpr (has_groups<Opt>)
       std::tie(meta["xtpu.optimizer.no_decay"], meta["xtpu.optimizer.lr_scale"]) =
           groups_text(nn::parameter_names<Model>(), opt->groups());
