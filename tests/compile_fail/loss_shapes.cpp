@@ -1,7 +1,7 @@
-// expect: xtpu E102
+// expect: xtpu E117
 #undef XTPU_NO_AUTODIFF  // the gradient rules compiled too (what a user builds): no cascade from them
 #include <xtpu/xtpu.hpp>
-int main() {  // a loss over two values of different shapes: E102 alone, not E102 then E101 inside the loss
+int main() {  // a loss over two values of different shapes: E117 alone, not E117 then E101 inside the loss
   xtpu::tensor<float, 4, 3> prediction;
 #ifdef XTPU_EXPECT_COMPILE_FAIL
   xtpu::tensor<float, 3, 4> target;  // transposed

@@ -125,4 +125,30 @@ TEST(Lora, TheMergedWeightsProductIsAtTheAskedPrecision) {
   EXPECT_FALSE(all_near(got16, want32, 1e-6, 1e-6)) << "the default merge rounds A and B";
 }
 
+// A bf16 layer's merge is bf16; merged_weight<P, float>() is its merge in f32: W widened plus
+// the product's f32 result (of bf16 operands: exact products), nothing rounded to bf16.
+TEST(Lora, ABf16LayersMergeInF32) {
+  xtpu::nn::lora_linear<In, Out, R, xtpu::bf16> fc;
+  xtpu::nn::seeds s(6);
+  fc.base.reset_parameters(s);
+  fc.reset_parameters(s);
+  fc.lora_B = xtpu::random::uniform<xtpu::bf16, Out, R>(12, -0.5f, 0.5f);
+  fc.alpha = 3.0f;
+  const tensor<xtpu::bf16, Out, In> merged16 = fc.merged_weight<precision::highest>();
+  const tensor<float, Out, In> merged32 = fc.merged_weight<precision::highest, float>();
+  xtpu::mark_step();
+  const vec w = host(fc.base.weight), a = host(fc.lora_A), b = host(fc.lora_B), got16 = host(merged16), got32 = host(merged32);
+  vec want(Out * In), want16(Out * In);
+  for (std::size_t o = 0; o < Out; ++o)
+    for (std::size_t i = 0; i < In; ++i) {
+      double ba = 0;
+      for (std::size_t k = 0; k < R; ++k) ba += b[o * R + k] * a[k * In + i];
+      want[o * In + i] = w[o * In + i] + ba * 3.0 / R;
+      want16[o * In + i] = static_cast<float>(xtpu::bf16(static_cast<float>(want[o * In + i])));
+    }
+  EXPECT_TRUE(all_near(got32, want, 1e-6, 1e-6));
+  EXPECT_FALSE(all_near(got32, want16, 1e-6, 1e-6)) << "the f32 merge is not rounded to bf16";
+  EXPECT_TRUE(all_near(got16, want16, 1e-2, 1e-2));  // bf16: within a few of its steps
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 // smaller than a bf16 step add up; without masters they are lost, as in torch), optimizer
 // state named and exposed for checkpoints (saved, loaded into a fresh optimizer, the run goes
 // on with the same bits), and the learning-rate schedules.
+#include "files.hpp"
 #include "grad_check.hpp"
 
 #include <gtest/gtest.h>
@@ -74,6 +75,31 @@ TEST(Mixed, MasterWeightsKeepUpdatesSmallerThanABf16Step) {
     if (masters) EXPECT_NE(host(m.w), w0);  // the check is not vacuous ...
     else EXPECT_EQ(host(m.w), w0);          // ... and without masters every update is lost
   }
+}
+
+// XTPU_USE_BF16 stores every float tensor as bf16, master copies too: master weights over bf16
+// parameters would then change nothing, so an optimizer refuses them — when made, and at a
+// step when the setting was turned on after (nothing recorded, the gradients kept).
+TEST(Mixed, MasterWeightsUnderUseBf16AreRefused) {
+  struct setting_off {
+    ~setting_off() { xtpu::set_use_bf16(false); }
+  } restore;
+  half_model m = make_model();
+  xtpu::optim::sgd later(m, {.lr = 1e-3f});  // made with the setting off
+  xtpu::set_use_bf16(true);
+  const std::string made = error_message<xtpu::error>([&] { xtpu::optim::adamw bad(m, {}); });
+  EXPECT_TRUE(has(made, "xtpu: optim: XTPU_USE_BF16 stores every float tensor as bf16, so the f32 master weights of bf16 "
+                        "parameters (w is one) would be bf16 and change nothing: give the options .master_weights = false"))
+      << made;
+  tensor<float> loss = xtpu::sum(xtpu::cast<float>(m.w)) + xtpu::sum(m.b);
+  xtpu::backward(loss);
+  const std::string stepped = error_message<xtpu::error>([&] { later.step(); });
+  EXPECT_TRUE(has(stepped, "xtpu: optim: step: XTPU_USE_BF16 stores every float tensor as bf16")) << stepped;
+  EXPECT_TRUE(m.w.has_grad() && m.b.has_grad());
+  later.options().master_weights = false;  // without masters it trains, on the bf16 values themselves
+  later.options().lr = 0.5f;
+  xtpu::optimizer_step(later);
+  EXPECT_EQ(host(m.w), (std::vector<double>{0.5, -2.5, 0.0, 2.5}));
 }
 
 TEST(Mixed, AdamWOnBf16ParametersFollowsItsF32Master) {

@@ -31,4 +31,13 @@ static_assert(columns_of<many> == 5);
 static_assert(d::column_rows<node_of<many>> == 2048 / 5);
 // no column: the whole block of rows (about 64 K values)
 static_assert(d::column_rows<node_of<decltype(xtpu::softmax<1>(val<f32<29, 301>>()))>> == 65536 / 301);
+
+// A cast to its operand's own type is a stored buffer where the operand is (softmax's max
+// reads a float x's rows in place, not through a copy); a cast that converts is not.
+template <class E>
+concept stored = requires(const d::bound& b) { d::evaluator<node_of<E>>::template data<d::slots{}>(b); };
+static_assert(stored<f32<4, 8>>);
+static_assert(stored<decltype(xtpu::cast<float>(val<f32<4, 8>>()))>);
+static_assert(!stored<decltype(xtpu::cast<float>(val<xtpu::tensor<xtpu::bf16, 4, 8>>()))>);
+static_assert(!stored<decltype(xtpu::cast<float>(val<f32<4, 8>>() + 1.0f))>);
 }  // namespace

@@ -369,6 +369,15 @@ struct evaluator<map<Op, C...>> {
               b, [i](std::size_t l) { return broadcast_index<NS, typename C::shape_type>(i + l); })...);
     }(std::index_sequence_for<C...>{});
   }
+
+  /// A cast to its operand's own type (softmax's cast<float> of a float x) is the operand:
+  /// where that is a stored buffer, so is the cast — a reduction reads its rows in place.
+  template <slots S>
+    requires(std::is_same_v<Op, cast_op<value_type>> && std::is_same_v<typename child_t<node, 0>::value_type, value_type> &&
+             requires(const bound& b) { evaluator<child_t<node, 0>>::template data<child_slots<node, S, 0>>(b); })
+  static const void* data(const bound& b) noexcept {
+    return evaluator<child_t<node, 0>>::template data<child_slots<node, S, 0>>(b);
+  }
 };
 
 template <class Shape, class C>

@@ -93,7 +93,8 @@ template <class V>
 inline V exp(V x) noexcept {
   // compared as bits (NaN's are above 86.5's), so no flag can send a NaN down the short route
   constexpr std::int32_t normal_max_bits = std::bit_cast<std::int32_t>(detail::exp_normal_max);
-  if (!simd::all_of(simd::to_bits(simd::abs(x)) <= simd::ints_t<V>(normal_max_bits))) return detail::exp_clamped(x);
+  // (any lane above, not all at or below: AVX2 compares ints by > only)
+  if (simd::any_of(simd::to_bits(simd::abs(x)) > simd::ints_t<V>(normal_max_bits))) return detail::exp_clamped(x);
   const V magic(simd::round_magic);  // t = magic + n, exactly (round_even's rounding)
   const V t = simd::barrier(simd::mul(x, V(detail::inv_ln2)) + magic);
   const V n = simd::barrier(t - magic);

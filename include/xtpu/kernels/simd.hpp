@@ -14,7 +14,7 @@
 //   arch_of<P> — its xsimd architecture; lanes_t<P> (float, or xsimd::batch<float, A>);
 //   barrier(v) — an opaque copy: a product passed through it is never fused into the add
 //     that follows, whatever -ffp-contract the user's compiler runs with;
-//   mul, to_bits, from_bits, select, shift_left, to_int_trunc, to_float_of — written once for both kinds
+//   mul, to_bits, from_bits, select, shift_left, to_int_trunc, to_float_of, all_of, any_of — written once for both kinds
 //     of lanes, so a loop's scalar tail and its SIMD body compute the same bits;
 //   store_floats(p, v) — a store typed as floats (not may_alias as xsimd's), so a loop's
 //     pointers and scalars stay in registers across it;
@@ -204,6 +204,12 @@ template <class M>
 inline bool all_of(M m) noexcept {
   if constexpr (std::is_integral_v<M>) return m != 0;  // a float's mask: a bool (or bools or'd: an int)
   else return xsimd::all(m);
+}
+/// Some lane of m is true.
+template <class M>
+inline bool any_of(M m) noexcept {
+  if constexpr (std::is_integral_v<M>) return m != 0;
+  else return xsimd::any(m);
 }
 /// v truncated to an integer; NaN and values out of range give INT32_MIN (x86's rule,
 /// written out for the scalar lane: a C++ cast of those would be undefined).

@@ -9,8 +9,10 @@
 // y = base(x) + (x A^T) B^T · alpha / Rank. Names: "base.weight", "base.bias", "lora_A", "lora_B"
 // (PEFT's "base_layer.weight", "base_layer.bias", "lora_A.default.weight", "lora_B.default.weight").
 // merged_weight() is W + B A · alpha / Rank, the (Out, In) weight of the merged layer (PEFT's
-// merge_and_unload), an expression; B A is a matmul at the layer's Prec (the default: bf16
-// operands, as the forward's), merged_weight<precision::highest>() the f32 product.
+// merge_and_unload), an expression of the layer's element type T; B A is a matmul at the
+// layer's Prec (the default: bf16 operands, as the forward's), merged_weight<precision::highest>()
+// the product of the operands as they are; merged_weight<P, float>() the merge in f32 (of a bf16
+// layer: W widened plus the product's f32 result, nothing rounded to bf16).
 // Shape rule: x (..., In) -> (..., Out), as linear. Errors: those of matmul (E301 when x's last
 // extent is not In); Rank 0 is E105 (a zero extent).
 #pragma once
@@ -37,10 +39,13 @@ struct lora_linear {
     return detail::as_tensor(base(x) + matmul<Prec>(low, transpose(lora_B)) * (alpha / static_cast<float>(Rank)));
   }
 
-  /// W + B A · alpha / Rank: (Out, In), the weight a merged linear would have; B A at precision P.
-  template <precision P = Prec>
+  /// W + B A · alpha / Rank: (Out, In), the weight a merged linear would have, of element type
+  /// R; B A at precision P.
+  template <precision P = Prec, class R = T>
   auto merged_weight() const {
-    return base.weight + matmul<P>(lora_B, lora_A) * (alpha / static_cast<float>(Rank));
+    const float scale = alpha / static_cast<float>(Rank);
+    if constexpr (std::is_same_v<R, T>) return base.weight + matmul<P>(lora_B, lora_A) * scale;
+    else return cast<R>(base.weight) + matmul<P, R>(lora_B, lora_A) * scale;
   }
 
   /// After base's own init: A as a linear's weight, B zeros, base frozen.

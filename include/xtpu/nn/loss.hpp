@@ -27,7 +27,7 @@
 //   binary_cross_entropy_with_logits(x, y)   mean((1 − y)·x + softplus(−x)): no overflow for
 //       any x, and the gradient sigmoid(x) − y (0.5 − y at 0).
 // Shape rule: cross_entropy E111 (labels not the logits' shape without the class axis), E207
-// (labels not int32); kd_soft_ce and the others: operands of one shape (E102).
+// (labels not int32); kd_soft_ce and the others: operands of one shape (E117).
 // Errors: index_error from cross_entropy (a label out of range, under XTPU_CHECK_INDICES).
 #pragma once
 
@@ -41,14 +41,14 @@
 
 namespace xtpu::detail {
 /// A loss over two values of one shape: whether a and b are well formed and of one shape, and
-/// E102 if they are well formed and are not (the rest of the loss is then not instantiated, so
+/// E117 if they are well formed and are not (the rest of the loss is then not instantiated, so
 /// the error stands alone).
 template <class A, class B>
 constexpr bool same_shapes_checked() {
   if constexpr (!operands_well_formed_v<A, B>) {
     return false;  // an operand's own error stands alone
   } else {
-    return check::assign<typename shape_of<B>::type, typename shape_of<A>::type>();
+    return check::loss_operands<typename shape_of<A>::type, typename shape_of<B>::type>();
   }
 }
 template <class A, class B>
@@ -119,7 +119,7 @@ tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float t
                          xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
   if constexpr (!detail::same_shapes_checked_v<Student, Teacher>) {
-    return {};  // E102 (or an operand's own error) alone
+    return {};  // E117 (or an operand's own error) alone
   } else {
     const auto logp = detail::as_tensor(log_softmax<-1>(cast<float>(student) / temperature));  // (..., C) f32
     const auto p_teacher = detach(softmax<-1>(cast<float>(teacher) / temperature));
@@ -130,7 +130,7 @@ tensor<float> kd_soft_ce(const Student& student, const Teacher& teacher, float t
 template <class A, class B>
 tensor<float> mse(const A& a, const B& b, xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
-  if constexpr (!detail::same_shapes_checked_v<A, B>) return {};  // E102 (or an operand's own error) alone
+  if constexpr (!detail::same_shapes_checked_v<A, B>) return {};  // E117 (or an operand's own error) alone
   else return mean(square(cast<float>(a) - cast<float>(b)));
 }
 
@@ -140,7 +140,7 @@ tensor<float> binary_cross_entropy_with_logits(const X& logits, const Y& targets
                                                xtpu::source_location caller = xtpu::source_location::current()) {
   const detail::site_scope site(caller);
   if constexpr (!detail::same_shapes_checked_v<X, Y>) {
-    return {};  // E102 (or an operand's own error) alone
+    return {};  // E117 (or an operand's own error) alone
   } else {
     const auto x = detail::as_tensor(cast<float>(logits));
     return mean((1.0f - cast<float>(targets)) * x + softplus(-x));

@@ -32,8 +32,9 @@
 // step() before it records anything, for an option out of its range, from lr_scale or
 // set_groups for such a factor and from param_group or set_overrides for such a value
 // (parameter_groups::valid_value: beta1 and beta2 in [0, 1), every other one finite and
-// >= 0), from sgd's step for Nesterov without momentum or with dampening, and from set_groups
-// or set_overrides for a list of another size;
+// >= 0), from both for master_weights on over bf16 parameters while XTPU_USE_BF16 is on (it
+// would store the masters as bf16), from sgd's step for Nesterov without momentum or with
+// dampening, and from set_groups or set_overrides for a list of another size;
 // from optimizer_step what mark_step throws (out_of_memory, compilation_error after
 // no_recompile_after: the step stays pending).
 #pragma once
@@ -287,10 +288,29 @@ class optimizer_base {
   optimizer_base(Model& model, Options o)
       : model_(&model), o_(o), groups_(nn::parameter_tensors_v<Model>), overrides_(nn::parameter_tensors_v<Model>) {
     check_values(o_, "options' ");
+    check_masters("");
   }
   /// The same for options() as a step finds them (a schedule or the user may have set them):
   /// called by step() before it records anything.
-  void check_options() const { check_values(o_, "step: options' "); }
+  void check_options() const {
+    check_values(o_, "step: options' ");
+    check_masters("step: ");
+  }
+  /// xtpu::error when XTPU_USE_BF16 is on and a bf16 parameter would get master weights: the
+  /// setting stores every float tensor as bf16, the masters too, which would then change
+  /// nothing (silently: the updates below half a bf16 step lost all the same).
+  void check_masters(std::string_view who) const {
+    if (!o_.master_weights || !xtpu::use_bf16()) return;
+    std::string first;  // the first bf16 parameter
+    nn::for_each_parameter(*model_, [&](const std::string& name, const auto& p) {
+      if (first.empty() && !std::is_same_v<typename std::remove_cvref_t<decltype(p)>::value_type, float>) first = name;
+    });
+    if (!first.empty())
+      throw error("xtpu: optim: " + std::string(who) +
+                  "XTPU_USE_BF16 stores every float tensor as bf16, so the f32 master weights of bf16 parameters (" +
+                  first + " is one) would be bf16 and change nothing: give the options .master_weights = false to "
+                  "train under XTPU_USE_BF16, or turn XTPU_USE_BF16 off to keep f32 masters");
+  }
   Model* model_;
 
  private:

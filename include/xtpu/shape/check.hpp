@@ -1,11 +1,11 @@
 // xtpu/shape/check.hpp — the named shape checkers.
 //
 // Provides: xtpu::check::{extents_valid, broadcast, assign, reshape, axis, permute, transpose,
-// class_labels, norm_parameter, attention, cross_attention, attention_mask, key_padding, take, gather, matmul,
+// class_labels, loss_operands, norm_parameter, attention, cross_attention, attention_mask, key_padding, take, gather, matmul,
 // value_dependent_shape}. Each is one static_assert
 // whose template parameters are the shapes involved, so the compiler's
 // "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both. broadcast,
-// assign, class_labels and matmul also return whether they hold (detail::well_formed_v reads them).
+// assign, class_labels, loss_operands and matmul also return whether they hold (detail::well_formed_v reads them).
 // Codes (docs/errors.md):
 //   E101 broadcast   E102 assign   E103 reshape   E104 axis   E105 zero extent   E106 rank
 //   E107 permute     E108 transpose   E109 slice   E110 concat   E111 class labels
@@ -16,6 +16,8 @@
 //   E115 gather (the indices not x's shape with any extent on the gathered axis)
 //   E116 attention mask (not bool; not broadcast to the scores (..., Sq, Sk); a key padding
 //        mask not x's shape without D)
+//   E117 loss operands (a loss's two operands — prediction and target, student and teacher —
+//        of two shapes)
 //   E301 matmul inner dims   E302 matmul batch dims   E303 matmul operand rank
 #pragma once
 
@@ -104,6 +106,15 @@ constexpr bool class_labels() {
                 "xtpu E111 labels: the labels must have the logits' shape without the last (class) axis: "
                 "logits (B, C), labels (B)");
   return LogitsShape::rank >= 1 && std::is_same_v<detail::reduce_t<LogitsShape, -1>, LabelsShape>;
+}
+
+/// A loss over two values of one shape (mse, kd_soft_ce, BCE): both shapes named.
+template <class FirstShape, class SecondShape>
+constexpr bool loss_operands() {
+  static_assert(std::is_same_v<FirstShape, SecondShape>,
+                "xtpu E117 loss operands: the loss's two operands (prediction and target, student and teacher "
+                "logits) must have one shape");
+  return std::is_same_v<FirstShape, SecondShape>;
 }
 
 template <class XShape, std::size_t Axis, class IndexShape>
