@@ -77,29 +77,38 @@ TEST(Mixed, MasterWeightsKeepUpdatesSmallerThanABf16Step) {
   }
 }
 
-// XTPU_USE_BF16 stores every float tensor as bf16, master copies too: master weights over bf16
-// parameters would then change nothing, so an optimizer refuses them — when made, and at a
-// step when the setting was turned on after (nothing recorded, the gradients kept).
+// XTPU_USE_BF16 stores every float tensor as bf16, master copies too: master weights over a
+// trainable bf16 parameter would then change nothing, so an optimizer refuses them — when made,
+// and at a step when the setting was turned on after (nothing recorded, the gradients kept).
+// A frozen bf16 parameter gets no master: it is no reason to refuse.
 TEST(Mixed, MasterWeightsUnderUseBf16AreRefused) {
-  struct setting_off {
-    ~setting_off() { xtpu::set_use_bf16(false); }
-  } restore;
   half_model m = make_model();
   xtpu::optim::sgd later(m, {.lr = 1e-3f});  // made with the setting off
-  xtpu::set_use_bf16(true);
+  const bf16_storage on(true);
   const std::string made = error_message<xtpu::error>([&] { xtpu::optim::adamw bad(m, {}); });
   EXPECT_TRUE(has(made, "xtpu: optim: XTPU_USE_BF16 stores every float tensor as bf16, so the f32 master weights of bf16 "
-                        "parameters (w is one) would be bf16 and change nothing: give the options .master_weights = false"))
+                        "parameters (w is one) would be bf16 and change nothing: set the options' master_weights to false"))
       << made;
   tensor<float> loss = xtpu::sum(xtpu::cast<float>(m.w)) + xtpu::sum(m.b);
   xtpu::backward(loss);
+  const std::size_t pending = xtpu::lazy::pending_statements();
   const std::string stepped = error_message<xtpu::error>([&] { later.step(); });
   EXPECT_TRUE(has(stepped, "xtpu: optim: step: XTPU_USE_BF16 stores every float tensor as bf16")) << stepped;
+  EXPECT_EQ(xtpu::lazy::pending_statements(), pending);  // nothing recorded
   EXPECT_TRUE(m.w.has_grad() && m.b.has_grad());
   later.options().master_weights = false;  // without masters it trains, on the bf16 values themselves
   later.options().lr = 0.5f;
   xtpu::optimizer_step(later);
   EXPECT_EQ(host(m.w), (std::vector<double>{0.5, -2.5, 0.0, 2.5}));
+
+  // w frozen: only b (f32) trains, and masters are no reason to refuse
+  half_model frozen = make_model();
+  frozen.w.requires_grad(false);
+  xtpu::optim::adamw fine(frozen, {});
+  xtpu::backward(xtpu::sum(xtpu::cast<float>(frozen.w)) + xtpu::sum(frozen.b));
+  xtpu::optimizer_step(fine);
+  EXPECT_EQ(host(frozen.w), (std::vector<double>{1.0, -2.0, 0.5, 3.0}));
+  EXPECT_NE(host(frozen.b), (std::vector<double>{0.25, -0.5}));
 }
 
 TEST(Mixed, AdamWOnBf16ParametersFollowsItsF32Master) {

@@ -1,6 +1,7 @@
 // Row-loop columns (eval/program.hpp, "Columns"): the float maps of shape (rows..., 1) that
 // read a reduction, which a row loop computes once per row, and how many rows of them it
-// keeps on the stack. Checked on the types the compiler builds.
+// keeps on the stack; and which operands a row's reduction reads in place (stored buffers).
+// Checked on the types the compiler builds.
 #include "types.hpp"
 
 namespace {

@@ -12,6 +12,9 @@
 //     broadcasting costs one index computation per packet, not per element;
 //   detail::packet_traits<N> — whether N gives packets (float or bf16 values, or the bool of a
 //     float comparison), and fast<Q>: whether it does with no gather anywhere below;
+//   detail::evaluator<N>::data<S>(bound) — where N's values lie, for N a stored buffer: a
+//     leaf, a materialized node's temp, a cast of one of those to its own type (a reduction
+//     reads such an operand in place);
 //   detail::broadcast_index<Out, In>(i), the NumPy broadcast rule as an index map (also used
 //     for the batch axes of a matmul), built from detail::index_terms (a permute's map too:
 //     each division by a compile-time constant), and detail::edge_of — the one rule for how a child is
@@ -189,7 +192,7 @@ void store_lanes(T* p, V v) noexcept {
 // ---- the evaluators -------------------------------------------------------------------------
 
 /// Reads a stored buffer of T, element i at i: Derived::data<S>(b) is where it starts (a
-/// tensor's buffer, or a materialized node's temp).
+/// tensor's buffer, or a materialized node's temp; a map's identity cast forwards its child's).
 template <class Derived, class T>
 struct buffer_evaluator {
   template <slots S>

@@ -90,7 +90,8 @@ struct evaluator<reduce_node<Op, Axis, C>> : materialized_evaluator<reduce_node<
   template <slots S>
   using child_frame = local_slots<child_slots<node, S, 0>.leaf + C::n_leaves, child_slots<node, S, 0>.scalar + C::n_scalars,
                                   child_slots<node, S, 0>.temp + C::n_temps, bound>;
-  /// Whether the child is a stored float buffer (a tensor, a materialized node): reduced in place.
+  /// Whether the child is a stored float buffer (a tensor, a materialized node, a cast of one to
+  /// float that it already is): reduced in place.
   static constexpr bool reads_buffer = std::is_same_v<typename C::value_type, float> && requires(const bound& b) {
     evaluator<C>::template data<slots{}>(b);
   };

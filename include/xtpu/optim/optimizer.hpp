@@ -32,8 +32,8 @@
 // step() before it records anything, for an option out of its range, from lr_scale or
 // set_groups for such a factor and from param_group or set_overrides for such a value
 // (parameter_groups::valid_value: beta1 and beta2 in [0, 1), every other one finite and
-// >= 0), from both for master_weights on over bf16 parameters while XTPU_USE_BF16 is on (it
-// would store the masters as bf16), from sgd's step for Nesterov without momentum or with
+// >= 0), from both for master_weights on over a trainable bf16 parameter while XTPU_USE_BF16
+// is on (it would store the masters as bf16), from sgd's step for Nesterov without momentum or with
 // dampening, and from set_groups or set_overrides for a list of another size;
 // from optimizer_step what mark_step throws (out_of_memory, compilation_error after
 // no_recompile_after: the step stays pending).
@@ -294,22 +294,26 @@ class optimizer_base {
   /// called by step() before it records anything.
   void check_options() const {
     check_values(o_, "step: options' ");
-    check_masters("step: ");
+    check_masters("step: ", true);
   }
-  /// xtpu::error when XTPU_USE_BF16 is on and a bf16 parameter would get master weights: the
-  /// setting stores every float tensor as bf16, the masters too, which would then change
-  /// nothing (silently: the updates below half a bf16 step lost all the same).
-  void check_masters(std::string_view who) const {
+  /// xtpu::error when XTPU_USE_BF16 is on and a bf16 parameter would get master weights — one
+  /// that trains (made: requires_grad; at a step: has a gradient) —: the setting stores every
+  /// float tensor as bf16, the masters too, which would then change nothing (silently: the
+  /// updates below half a bf16 step lost all the same). A best effort: the setting that counts
+  /// is the one when the step runs (mark_step), which may be turned on after step().
+  void check_masters(std::string_view who, bool stepping = false) const {
     if (!o_.master_weights || !xtpu::use_bf16()) return;
-    std::string first;  // the first bf16 parameter
+    std::string first;  // the first such parameter
     nn::for_each_parameter(*model_, [&](const std::string& name, const auto& p) {
-      if (first.empty() && !std::is_same_v<typename std::remove_cvref_t<decltype(p)>::value_type, float>) first = name;
+      using T = typename std::remove_cvref_t<decltype(p)>::value_type;
+      if (first.empty() && !std::is_same_v<T, float> && (stepping ? p.has_grad() : p.requires_grad())) first = name;
     });
     if (!first.empty())
       throw error("xtpu: optim: " + std::string(who) +
                   "XTPU_USE_BF16 stores every float tensor as bf16, so the f32 master weights of bf16 parameters (" +
-                  first + " is one) would be bf16 and change nothing: give the options .master_weights = false to "
-                  "train under XTPU_USE_BF16, or turn XTPU_USE_BF16 off to keep f32 masters");
+                  first + " is one) would be bf16 and change nothing: set the options' master_weights to false (a "
+                  "checkpoint's load restores the saved value) to train under XTPU_USE_BF16, or turn XTPU_USE_BF16 "
+                  "off to keep f32 masters");
   }
   Model* model_;
 

@@ -5,7 +5,8 @@
 // value_dependent_shape}. Each is one static_assert
 // whose template parameters are the shapes involved, so the compiler's
 // "[with LhsShape = xtpu::extents<128, 784>; RhsShape = ...]" line names both. broadcast,
-// assign, class_labels, loss_operands and matmul also return whether they hold (detail::well_formed_v reads them).
+// assign, class_labels, loss_operands and matmul also return whether they hold, for a caller to
+// stop at (detail::well_formed_v reads broadcast's and matmul's, nn/loss.hpp the losses').
 // Codes (docs/errors.md):
 //   E101 broadcast   E102 assign   E103 reshape   E104 axis   E105 zero extent   E106 rank
 //   E107 permute     E108 transpose   E109 slice   E110 concat   E111 class labels
