@@ -211,6 +211,11 @@ std::size_t assign_given(Target& t, Overrides ov) {  // (copies: for_each hands 
   return unmatched;
 }
 
+/// Whether parameter type P gets an f32 master copy under master_weights (a bf16 one): the one
+/// rule master_weights and optimizer_base's check read.
+template <class P>
+inline constexpr bool gets_master_v = !std::is_same_v<typename P::value_type, float>;
+
 /// What every optimizer has: the model it updates (held by address), its options, its param
 /// groups (no_decay, lr_scale, param_group) and zero_grad. sgd and adam_family derive from it;
 /// the derived step() reads options_of.
@@ -305,8 +310,8 @@ class optimizer_base {
     if (!o_.master_weights || !xtpu::use_bf16()) return;
     std::string first;  // the first such parameter
     nn::for_each_parameter(*model_, [&](const std::string& name, const auto& p) {
-      using T = typename std::remove_cvref_t<decltype(p)>::value_type;
-      if (first.empty() && !std::is_same_v<T, float> && (stepping ? p.has_grad() : p.requires_grad())) first = name;
+      if (first.empty() && gets_master_v<std::remove_cvref_t<decltype(p)>> && (stepping ? p.has_grad() : p.requires_grad()))
+        first = name;
     });
     if (!first.empty())
       throw error("xtpu: optim: " + std::string(who) +
@@ -396,15 +401,12 @@ auto as_parameter_type(E&& e) {
 /// parameter) the weight is the parameter itself, widened.
 struct master_weights {
   explicit master_weights(std::size_t n) : copies(n), written(std::vector<std::weak_ptr<xtpu::detail::storage>>(n)) {}
-  template <class P>
-  static constexpr bool applies = !std::is_same_v<typename P::value_type, float>;
-
   /// The f32 weight parameter i's update starts from: its master copy, or the parameter
   /// widened — on the first update, without masters, and when the parameter holds a value the
   /// optimizer did not write (assigned since, e.g. loaded from a checkpoint: it wins).
   template <class P>
   auto weight(const P& p, std::size_t i, bool on) const {
-    if constexpr (applies<P>) {
+    if constexpr (gets_master_v<P>) {
       return on && copies.has(i) && (*written)[i].lock() == p.storage_ptr() ? copies.template get<P>(i)
                                                                           : untaped(cast<float>(p));
     } else {
@@ -414,7 +416,7 @@ struct master_weights {
   /// p = the new f32 weight e: kept as the master copy and rounded into p, or rounded into p.
   template <class P, class E>
   void write(P& p, std::size_t i, bool on, E&& e) {
-    if constexpr (applies<P>) {
+    if constexpr (gets_master_v<P>) {
       if (on) {
         const xtpu::detail::tensor_for_t<float, typename P::shape_type> w = untaped(std::forward<E>(e));
         copies.set(i, w);
@@ -479,7 +481,7 @@ void visit_states(Model& model, F& f, std::initializer_list<std::pair<const char
   nn::for_each_parameter(model, [&](const std::string& name, auto& p) {
     using P = std::remove_cvref_t<decltype(p)>;
     for (const auto& [key, slots] : kinds) slots->template visit<P>(i, name + "." + key, f);
-    if constexpr (master_weights::applies<P>) master.visit(p, i, name, f);
+    if constexpr (gets_master_v<P>) master.visit(p, i, name, f);
     ++i;
   });
 }
