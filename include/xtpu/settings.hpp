@@ -9,8 +9,8 @@
 //   xtpu: XTPU_NUM_THREADS='0' is not valid for num_threads: expected an integer in [1, 256]
 //   xtpu: xtpu::kernels::set_num_threads(0) is not valid for num_threads: expected an integer in [1, 256]
 // The settings today (docs/settings.md): XTPU_DEVICE, XTPU_MEMORY_FRACTION, XTPU_ISA,
-// XTPU_NUM_THREADS, XTPU_CACHE_SIZE, XTPU_USE_BF16, XTPU_CHECK_INDICES, XTPU_DEBUG (and
-// XTPU_DEBUG_FILE and XTPU_TRACE, paths).
+// XTPU_NUM_THREADS, XTPU_SPIN_US, XTPU_CACHE_SIZE, XTPU_USE_BF16, XTPU_CHECK_INDICES,
+// XTPU_DEBUG (and XTPU_DEBUG_FILE and XTPU_TRACE, paths).
 // Errors: config_error (every setting but XTPU_DEVICE), device_not_available (XTPU_DEVICE).
 #pragma once
 

@@ -17,7 +17,7 @@ using xtpu_test::has;
 /// Restores every knob apply() touches, and the environment variables a test sets.
 struct Config : ::testing::Test {
   void TearDown() override {
-    for (const char* v : {"XTPU_DEBUG", "XTPU_USE_BF16", "XTPU_CACHE_SIZE", "XTPU_CHECK_INDICES"}) ::unsetenv(v);
+    for (const char* v : {"XTPU_DEBUG", "XTPU_USE_BF16", "XTPU_CACHE_SIZE", "XTPU_CHECK_INDICES", "XTPU_SPIN_US"}) ::unsetenv(v);
     xtpu::config{}.from_env().apply();
   }
 };
@@ -63,8 +63,11 @@ TEST_F(Config, ApplySetsEveryKnob) {
   c.plan_cache = 77;
   c.memory_fraction = 0.5;
   c.no_recompile_after = 0;
+  c.spin_us = 0;
   c.apply();
   EXPECT_EQ(xtpu::kernels::num_threads(), 1);
+  EXPECT_EQ(xtpu::kernels::spin_us(), 0);
+  EXPECT_TRUE(has(c.text(), "spin_us             0\n")) << c.text();
   EXPECT_EQ(xtpu::lazy::plan_cache_capacity(), 77u);
   EXPECT_EQ(xtpu::debug::level(), 2);
   EXPECT_EQ(xtpu::device::current().memory_fraction(), 0.5);
@@ -126,6 +129,10 @@ TEST_F(Config, FlagsOverTheEnvironmentOverThePreset) {
   EXPECT_EQ(parse({"--preset", "inference"}).no_recompile_after, 2);  // the preset's
   EXPECT_EQ(c.plan_cache, 50u);            // the environment's
   EXPECT_EQ(c.num_threads, 1);
+  EXPECT_EQ(c.spin_us, xtpu::kernels::detail::default_spin_us);
+  ::setenv("XTPU_SPIN_US", "0", 1);
+  EXPECT_EQ(parse({}).spin_us, 0);                        // the environment's
+  EXPECT_EQ(parse({"--spin-us", "1000"}).spin_us, 1000);  // the flag's, over it
   EXPECT_EQ(c.device, "v5e");
   EXPECT_EQ(parse({"--bf16", "true", "--device", "v6e", "--chip", "2"}).device_index, 2);
   EXPECT_TRUE(parse({"--bf16", "true"}).use_bf16);
@@ -146,6 +153,7 @@ TEST_F(Config, ABadFlagIsAnErrorNamingIt) {
   EXPECT_TRUE(has(message({"--memory-fraction", "0"}), "not in (0, 1]")) << message({"--memory-fraction", "0"});
   EXPECT_TRUE(has(message({"--device", "v9"}), "--device")) << message({"--device", "v9"});
   EXPECT_TRUE(has(message({"--threads", "x"}), "--threads")) << message({"--threads", "x"});
+  EXPECT_TRUE(has(message({"--spin-us", "-1"}), "--spin-us")) << message({"--spin-us", "-1"});
 }
 
 }  // namespace

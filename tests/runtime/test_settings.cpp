@@ -48,6 +48,14 @@ TEST_F(Settings, NumThreads) {
   EXPECT_EXIT(start_with("XTPU_NUM_THREADS", "3"), ::testing::ExitedWithCode(0), "");
 }
 
+TEST_F(Settings, SpinUs) {
+  XTPU_EXPECT_BAD("XTPU_SPIN_US", "-1",
+                  "config_error: xtpu: XTPU_SPIN_US='-1' is not valid for spin_us: expected an integer in \\[0, 1000000\\]");
+  XTPU_EXPECT_BAD("XTPU_SPIN_US", "2000000", "XTPU_SPIN_US='2000000'.*\\[0, 1000000\\]");
+  XTPU_EXPECT_BAD("XTPU_SPIN_US", "50us", "XTPU_SPIN_US='50us'");
+  EXPECT_EXIT(start_with("XTPU_SPIN_US", "0"), ::testing::ExitedWithCode(0), "");
+}
+
 TEST_F(Settings, CacheSize) {
   XTPU_EXPECT_BAD("XTPU_CACHE_SIZE", "-5", "XTPU_CACHE_SIZE='-5' is not valid for plan_cache_capacity: expected an integer in \\[1, 1000000\\]");
   XTPU_EXPECT_BAD("XTPU_CACHE_SIZE", "abc", "XTPU_CACHE_SIZE='abc'");
@@ -120,6 +128,10 @@ TEST_F(Settings, SettersCheckTheSameRanges) {
             "expected an integer in [1, 1000000]");
   EXPECT_THROW(xtpu::kernels::set_num_threads(xtpu::kernels::max_threads + 1), xtpu::config_error);
   EXPECT_EQ(xtpu::kernels::num_threads(), threads);
+  const int spin = xtpu::kernels::spin_us();
+  EXPECT_EQ(xtpu_test::error_message<xtpu::config_error>([] { xtpu::kernels::set_spin_us(-1); }),
+            "xtpu: xtpu::kernels::set_spin_us(-1) is not valid for spin_us: expected an integer in [0, 1000000]");
+  EXPECT_EQ(xtpu::kernels::spin_us(), spin);
   auto& dev = xtpu::device::current();
   const double fraction = dev.memory_fraction();
   try {

@@ -1,12 +1,14 @@
 // The thread pool under stress: every index runs exactly once at any thread count, jobs of
 // different widths back to back, nested jobs, jobs from several threads at once, a worker's
-// exception carried to the caller — and the matmuls built on it at 3, 8 and 16 threads.
+// exception carried to the caller, workers woken after their spin ran out — and the matmuls
+// built on it at 3, 8 and 16 threads.
 #include "reference.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -67,6 +69,31 @@ TEST(ThreadPool, AWorkersExceptionReachesTheCaller) {
     EXPECT_GE(ran.load(), 1);
   }
   checked_job(8);  // the pool is still usable
+}
+
+// A worker that has slept (its spin over: XTPU_SPIN_US) wakes for the next job: the two
+// indices of a job run at once, each waiting for the other to start (a worker that stayed
+// asleep leaves index 0 waiting: it gives up after 10 s and the test fails). At spin 0 the
+// caller also sleeps on its wait for the worker's index.
+TEST(ThreadPool, SleepingWorkersWakeForTheNextJob) {
+  const int spin0 = xtpu::kernels::spin_us();
+  for (int spin : {0, 1, xtpu::kernels::detail::default_spin_us}) {
+    xtpu::kernels::set_spin_us(spin);
+    for (int rep = 0; rep < 20; ++rep) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(rep % 4 == 0 ? 5 : 0));  // past the spin, or not
+      std::atomic<int> started{0};
+      std::atomic<bool> both{true};
+      thread_pool::instance().run(2, [&](int) {
+        started.fetch_add(1);
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (started.load() < 2)
+          if (std::chrono::steady_clock::now() > give_up) return both.store(false);
+      });
+      ASSERT_TRUE(both.load()) << "spin " << spin << " us, job " << rep << ": the worker did not take the second index";
+      checked_job(3);
+    }
+  }
+  xtpu::kernels::set_spin_us(spin0);
 }
 
 // The matmul level: 128^3 uses 2 workers, 256^3 all of them; alternate and compare the bits

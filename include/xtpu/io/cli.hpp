@@ -1,9 +1,9 @@
 // xtpu/io/cli.hpp — xtpu::config from a program's command line (CLI11).
 //
 // Provides: xtpu::cli::config_flags — add_to(app) puts --preset, --device, --chip,
-// --memory-fraction, --hbm-gib, --bf16, --check-indices, --plan-cache, --threads, --isa, --debug, --debug-file,
-// --trace and --no-recompile-after on a CLI::App; after app.parse, resolve() gives the config:
-// the preset's values (or the defaults), then the XTPU_* environment over them, then the flags
+// --memory-fraction, --hbm-gib, --bf16, --check-indices, --plan-cache, --threads, --spin-us,
+// --isa, --debug, --debug-file, --trace and --no-recompile-after on a CLI::App; after
+// app.parse, resolve() gives the config: the preset's values (or the defaults), then the XTPU_* environment over them, then the flags
 // given over both (config::from_env; lazy/config.hpp).
 // Not in xtpu.hpp: CLI11 is for programs; include <xtpu/io/cli.hpp>.
 // Errors: CLI11's CLI::ValidationError / CLI::ConversionError for a flag's value, naming the
@@ -70,6 +70,10 @@ struct config_flags {
          &config::plan_cache);
     flag(g->add_option("--threads", given.num_threads, "threads a matmul may use")->check(CLI::Range(1, kernels::max_threads)),
          &config::num_threads);
+    const auto& spin = kernels::detail::spin_setting;
+    flag(g->add_option("--spin-us", given.spin_us, "microseconds a waiting pool thread spins before it sleeps (XTPU_SPIN_US; 0: at once)")
+             ->check(CLI::Range(static_cast<int>(spin.lo), static_cast<int>(spin.hi))),
+         &config::spin_us);
     flag(g->add_option("--isa", given.isa, "the host path (every path gives the same bits)")->check(CLI::IsMember(paths)),
          &config::isa);
     flag(g->add_option("--debug", given.debug, "XTPU_DEBUG: 0, 1 (every compile explained), 2 (every step)")

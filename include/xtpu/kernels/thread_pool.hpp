@@ -1,16 +1,21 @@
 // xtpu/kernels/thread_pool.hpp — the persistent workers a matmul splits its tiles over.
 //
-// Provides: kernels::detail::thread_pool::run(n, f) (below), and work_observer / job_tag /
-// job_tag_scope (what a trace sees of it). run(n, f) calls f(i) exactly once for every i in
+// Provides: kernels::detail::thread_pool::run(n, f) (below), work_observer / job_tag /
+// job_tag_scope (what a trace sees of it), kernels::spin_us / set_spin_us. run(n, f) calls f(i) exactly once for every i in
 // 0..n-1 and returns when all calls have finished. The caller takes part: it claims indices
 // like any worker, so a job finishes even when every worker is busy — which is what makes
 // nested jobs (f itself calling run) and jobs from several threads at once safe. Indices are
 // claimed from one atomic counter per job, so no index runs twice whatever the timing. If some
 // f(i) throws, the indices not yet claimed are skipped and run() rethrows the first exception
-// in the caller; run() throws nothing else: it allocates nothing (the queue is a list through
-// the jobs themselves), and a worker that cannot be created (std::system_error) leaves its
-// share to the others and the caller. Workers are created on first use (up to n - 1), spin
-// briefly for the next job (steps come back to back), then sleep.
+// in the caller; run() throws nothing else (but a bad XTPU_SPIN_US, below): it allocates
+// nothing (the queue is a list through the jobs themselves), and a worker that cannot be
+// created (std::system_error) leaves its share to the others and the caller. Workers are
+// created on first use (up to n - 1). Waiting: an idle worker, and a caller whose indices are all claimed, yield the CPU in a loop
+// for up to kernels::spin_us() µs (XTPU_SPIN_US, default 200; docs/benchmarks.md, "The thread
+// pool's wait"), then sleep on a condition variable. 0: sleep at once (a machine shared with
+// other programs). The budget is read by the
+// thread that starts a job (config_error there for a bad XTPU_SPIN_US, at the first job of a
+// program that made no tensor first) and used by the workers from then on.
 // A job's split never changes what any output element computes (each index is a fixed piece of
 // the output, computed in k order by whichever thread claims it).
 // Observing it (lazy/step.hpp's follow_trace installs one while a trace records, told by the
@@ -33,6 +38,32 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "xtpu/settings.hpp"
+
+namespace xtpu::kernels {
+namespace detail {
+inline constexpr settings::setting spin_setting{
+    .name = "spin_us", .env = "XTPU_SPIN_US", .lo = 0, .hi = 1000000, .setter = "xtpu::kernels::set_spin_us"};
+/// Measured: docs/benchmarks.md, "The thread pool's wait, bounded in time".
+inline constexpr int default_spin_us = 200;
+inline std::atomic<int>& spin_cell() {
+  static std::atomic<int> cell{[] {
+    if (const auto e = settings::from_env(spin_setting)) return static_cast<int>(settings::integer(spin_setting, *e));
+    return default_spin_us;
+  }()};
+  return cell;
+}
+}  // namespace detail
+
+/// How long a waiting thread of the pool spins before it sleeps, in µs (XTPU_SPIN_US, else 200).
+inline int spin_us() { return detail::spin_cell().load(std::memory_order_relaxed); }
+/// config_error unless 0 <= us <= 1000000; jobs started after it use the new budget.
+inline void set_spin_us(int us) {
+  detail::spin_cell().store(static_cast<int>(settings::integer(detail::spin_setting, us)), std::memory_order_relaxed);
+}
+
+}  // namespace xtpu::kernels
 
 namespace xtpu::kernels::detail {
 
@@ -126,6 +157,8 @@ class thread_pool {
   [[gnu::noinline]] void run_job(int n, void (*fn)(void*, int), void* ctx) {
     if (n <= 0) return;
     if (n == 1) return fn(ctx, 0);
+    if (const int us = spin_us(); us != spin_budget_.load(std::memory_order_relaxed))
+      spin_budget_.store(us, std::memory_order_relaxed);  // (a store only when it changed: no shared line written per job)
     job j;
     j.n = n;
     j.fn = fn;
@@ -143,8 +176,7 @@ class thread_pool {
       std::unique_lock lock(mu_);
       dequeue(&j);
     }
-    // wait for the indices other threads claimed: spin a little, then sleep
-    for (int i = 0; i < 20000 && !finished(j); ++i) std::this_thread::yield();
+    spin_for([&] { return finished(j); });  // the indices other threads claimed; then sleep
     {
       std::unique_lock lock(mu_);
       done_cv_.wait(lock, [&] { return finished(j) && j.holders == 0; });
@@ -152,6 +184,15 @@ class thread_pool {
     if (j.error) std::rethrow_exception(j.error);
   }
 
+  /// Yields until ready() or spin_budget_ µs have passed (see the top of this file).
+  template <class Ready>
+  void spin_for(Ready ready) const noexcept {
+    const int us = spin_budget_.load(std::memory_order_relaxed);
+    if (us == 0 || ready()) return;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+    do std::this_thread::yield();
+    while (!ready() && std::chrono::steady_clock::now() < end);
+  }
   static bool finished(const job& j) noexcept { return j.finished.load(std::memory_order_acquire) == j.n; }
 
   /// Claims and runs indices of j until none is left; returns what it ran (for j's observer).
@@ -225,10 +266,7 @@ class thread_pool {
 
   void loop() {
     for (;;) {
-      for (int i = 0; i < 20000 && queued_.load(std::memory_order_acquire) == 0; ++i) {
-        if (stopping_.load(std::memory_order_relaxed)) break;
-        std::this_thread::yield();
-      }
+      spin_for([&] { return queued_.load(std::memory_order_acquire) != 0 || stopping_.load(std::memory_order_relaxed); });
       job* j = nullptr;
       {
         std::unique_lock lock(mu_);
@@ -258,6 +296,7 @@ class thread_pool {
   job* newest_ = nullptr;
   std::atomic<int> queued_{0};
   std::atomic<bool> stopping_{false};
+  std::atomic<int> spin_budget_{default_spin_us};  // spin_us() as the last job's caller read it
   bool stop_ = false;
 };
 

@@ -7,8 +7,8 @@
 // messages as at start-up), apply() (sets them all, each checked, in one call), text();
 // xtpu::device_info(device) (seed 004's get_device_info(), as text) and
 // xtpu::memory_stats(device) (allocated, peak, available, live buffers, the largest; text()).
-// Presets (the rest as the defaults: v5e chip 0, fraction 0.9, f32, 1024 plans, all cores, the
-// widest path, debug 0):
+// Presets (the rest as the defaults: v5e chip 0, fraction 0.9, f32, 1024 plans, all cores, a
+// 200 µs spin, the widest path, debug 0):
 //   quick_test    debug 1: every compile explained, the recompile warnings, sync points at exit;
 //                 ids and labels checked (XTPU_CHECK_INDICES)
 //   development   debug 2: also every step run (Execution Analysis); ids and labels checked
@@ -29,6 +29,7 @@
 
 #include "xtpu/device/device.hpp"
 #include "xtpu/kernels/cpu.hpp"
+#include "xtpu/kernels/thread_pool.hpp"
 #include "xtpu/lazy/step.hpp"
 #include "xtpu/metrics/debug.hpp"
 #include "xtpu/metrics/trace.hpp"
@@ -45,6 +46,7 @@ struct config {
   bool check_indices = false;          // XTPU_CHECK_INDICES: ids and labels checked when recorded and run
   std::size_t plan_cache = 1024;       // XTPU_CACHE_SIZE
   int num_threads = 0;                 // XTPU_NUM_THREADS; 0: all cores
+  int spin_us = kernels::detail::default_spin_us;  // XTPU_SPIN_US: a waiting pool thread spins this long, then sleeps
   std::string isa;                     // XTPU_ISA; empty: the widest path this CPU runs
   int debug = 0;                       // XTPU_DEBUG: 0, 1, 2
   std::string debug_file;              // XTPU_DEBUG_FILE; empty: standard error
@@ -80,6 +82,8 @@ struct config {
       c.plan_cache = static_cast<std::size_t>(settings::integer(d::plan_cache::cache_setting, *e));
     if (const auto e = settings::from_env(kernels::detail::threads_setting))
       c.num_threads = static_cast<int>(settings::integer(kernels::detail::threads_setting, *e));
+    if (const auto e = settings::from_env(kernels::detail::spin_setting))
+      c.spin_us = static_cast<int>(settings::integer(kernels::detail::spin_setting, *e));
     if (const auto e = settings::from_env(kernels::detail::isa_setting)) c.isa = std::string(xtpu::isa_name(kernels::detail::parse_isa(*e)));
     if (const auto e = settings::from_env(debug::detail::level_setting)) c.debug = static_cast<int>(settings::integer(debug::detail::level_setting, *e));
     if (const char* e = std::getenv("XTPU_DEBUG_FILE"); e != nullptr && *e != '\0') c.debug_file = e;
@@ -101,6 +105,7 @@ struct config {
     set_check_indices(check_indices);
     lazy::set_plan_cache_capacity(plan_cache);
     kernels::set_num_threads(num_threads == 0 ? kernels::detail::default_threads() : num_threads);
+    kernels::set_spin_us(spin_us);
     kernels::set_isa(isa.empty() ? kernels::detail::best_isa() : kernels::detail::parse_isa(isa, isa_field));
     debug::set_level(debug);
     debug::set_file(debug_file);
@@ -116,7 +121,8 @@ struct config {
     if (hbm_gib != 0) os << " (" << hbm_gib << " GiB HBM)";
     os << "\nmemory_fraction     " << memory_fraction << "\nuse_bf16            " << (use_bf16 ? "on" : "off")
        << "\ncheck_indices       " << (check_indices ? "on" : "off") << "\nplan_cache          " << plan_cache << "\nnum_threads         "
-       << (num_threads == 0 ? std::string("all cores") : std::to_string(num_threads)) << "\nisa                 "
+       << (num_threads == 0 ? std::string("all cores") : std::to_string(num_threads)) << "\nspin_us             "
+       << spin_us << "\nisa                 "
        << (isa.empty() ? std::string("the widest") : isa) << "\ndebug               " << debug
        << (debug_file.empty() ? std::string() : " -> " + debug_file) << "\ntrace               "
        << (trace.empty() ? std::string("off") : trace) << "\nno_recompile_after  "

@@ -418,6 +418,7 @@ XTPU_RUNTIME_INLINE bool check_every_variable() {
   (void)device::default_device();  // XTPU_DEVICE, XTPU_MEMORY_FRACTION
   (void)kernels::detail::isa_cell();
   (void)kernels::detail::threads_cell();
+  (void)kernels::detail::spin_cell();          // XTPU_SPIN_US
   (void)xtpu::detail::plan_cache::instance();  // XTPU_CACHE_SIZE
   (void)xtpu::detail::use_bf16_cell();         // XTPU_USE_BF16
   (void)xtpu::detail::check_indices_cell();    // XTPU_CHECK_INDICES
