@@ -4,9 +4,10 @@
 // (char_lm.safetensors beside this program, as CTest's char_lm run leaves it; without one it is
 // trained here first). The student is the teacher with most of its feed-forward weights pruned
 // (every weight of linear1 and linear2 below --prune (1.5) times its matrix's mean |w| set to 0),
-// all of it frozen, and LoRA adapters (rank 8) on those two layers: the only parameters it
-// trains. Each micro-batch's teacher logits are computed once, under xtpu::no_grad; the loss
-// is kd_soft_ce(student, teacher, T = 2) (seed 001's: soft cross-entropy times T²), scaled by
+// all of it frozen, and LoRA adapters (rank 8) on those two layers and on its attention's query
+// and value projections (PEFT's common target_modules): the only parameters it trains. Each
+// micro-batch's teacher logits are computed once, under xtpu::no_grad; the loss is
+// kd_soft_ce(student, teacher, T = 2) (seed 001's: soft cross-entropy times T²), scaled by
 // 1/accum and accumulated over `accum` micro-batches of 8 before one AdamW step (an effective
 // batch of 16, the teacher's). Held-out perplexity of the teacher, the pruned student and the
 // recovered one; then seed 001's "Memory Guide" for a few LoRA ranks and micro-batch sizes,
@@ -56,11 +57,11 @@ struct teacher_model {
   }
 };
 
-/// The teacher's block with LoRA adapters on its feed-forward layers (no dropout: the student
-/// trains only its adapters).
+/// The teacher's block with LoRA adapters on its attention's q and v and on its feed-forward
+/// layers (no dropout: the student trains only its adapters).
 template <std::size_t Rank>
 struct student_block {
-  BOOST_HANA_DEFINE_STRUCT(student_block, (xtpu::nn::multihead_attention<dim, heads, bf16>, self_attn),
+  BOOST_HANA_DEFINE_STRUCT(student_block, (xtpu::nn::lora_attention<dim, heads, Rank, bf16>, self_attn),
                            (xtpu::nn::lora_linear<dim, ffn, Rank, bf16>, linear1),
                            (xtpu::nn::lora_linear<ffn, dim, Rank, bf16>, linear2),
                            (xtpu::nn::layer_norm_module<dim, bf16>, norm1), (xtpu::nn::layer_norm_module<dim, bf16>, norm2));
@@ -107,10 +108,10 @@ student_model<Rank> student_of(const teacher_model& t, std::uint64_t seed, float
   auto s = xtpu::nn::init<student_model<Rank>>(seed);
   s.tok.weight = xtpu::detach(t.tok.weight);
   s.pos.weight = xtpu::detach(t.pos.weight);
-  s.block.self_attn.in_proj_weight = xtpu::detach(t.block.self_attn.in_proj_weight);
-  s.block.self_attn.in_proj_bias = xtpu::detach(t.block.self_attn.in_proj_bias);
-  s.block.self_attn.out_proj.weight = xtpu::detach(t.block.self_attn.out_proj.weight);
-  s.block.self_attn.out_proj.bias = xtpu::detach(t.block.self_attn.out_proj.bias);
+  s.block.self_attn.base.in_proj_weight = xtpu::detach(t.block.self_attn.in_proj_weight);
+  s.block.self_attn.base.in_proj_bias = xtpu::detach(t.block.self_attn.in_proj_bias);
+  s.block.self_attn.base.out_proj.weight = xtpu::detach(t.block.self_attn.out_proj.weight);
+  s.block.self_attn.base.out_proj.bias = xtpu::detach(t.block.self_attn.out_proj.bias);
   s.block.linear1.base.weight = xtpu::detach(pruned(t.block.linear1.weight, prune));
   s.block.linear1.base.bias = xtpu::detach(t.block.linear1.bias);
   s.block.linear2.base.weight = xtpu::detach(pruned(t.block.linear2.weight, prune));
@@ -124,7 +125,9 @@ student_model<Rank> student_of(const teacher_model& t, std::uint64_t seed, float
   s.head.weight = xtpu::detach(t.head.weight);
   s.head.bias = xtpu::detach(t.head.bias);
   xtpu::nn::requires_grad(s, false);
-  xtpu::nn::requires_grad(s.block.linear1.lora_A, true);  // the adapters alone train
+  xtpu::nn::requires_grad(s.block.self_attn.q, true);  // the adapters alone train
+  xtpu::nn::requires_grad(s.block.self_attn.v, true);
+  xtpu::nn::requires_grad(s.block.linear1.lora_A, true);
   xtpu::nn::requires_grad(s.block.linear1.lora_B, true);
   xtpu::nn::requires_grad(s.block.linear2.lora_A, true);
   xtpu::nn::requires_grad(s.block.linear2.lora_B, true);
@@ -252,7 +255,7 @@ int main(int argc, char** argv) {
     if (p.requires_grad()) trainable += std::remove_cvref_t<decltype(p)>::size;
   });
   const double ppl_pruned = perplexity(student, eval_loader);
-  std::printf("lora_kd: held-out perplexity: teacher %.2f, pruned student %.2f; LoRA rank %zu on linear1 and linear2: "
+  std::printf("lora_kd: held-out perplexity: teacher %.2f, pruned student %.2f; LoRA rank %zu on q, v, linear1 and linear2: "
               "%zu trainable of %zu parameters\n",
               ppl_teacher, ppl_pruned, rank, trainable, xtpu::nn::parameter_count_v<student_model<rank>>);
 

@@ -1,6 +1,8 @@
 // nn::lora_linear: the base frozen and the layer equal to it at init (bit for bit), the
 // adapter's gradients against float64, alpha a run-time scalar (no recompile), training moves
-// the adapter alone, and the merged weight gives the layer's output.
+// the adapter alone, and the merged weight gives the layer's output. nn::lora_attention: the
+// same for adapters on attention's q and v projections, against a float64 attention.
+#include "attention_ref.hpp"
 #include "grad_check.hpp"
 
 #include <gtest/gtest.h>
@@ -149,6 +151,114 @@ TEST(Lora, ABf16LayersMergeInF32) {
   EXPECT_TRUE(all_near(got32, want, 1e-6, 1e-6));
   EXPECT_FALSE(all_near(got32, want16, 1e-6, 1e-6)) << "the f32 merge is not rounded to bf16";
   EXPECT_TRUE(all_near(got16, want16, 1e-2, 1e-2));  // bf16: within a few of its steps
+}
+
+// ---- lora_attention: adapters on q and v --------------------------------------------------
+constexpr std::size_t D = 8, H = 2, AS = 3;  // width, heads, sequence (batch B)
+
+struct attn_student {
+  BOOST_HANA_DEFINE_STRUCT(attn_student, (xtpu::nn::lora_attention<D, H, R, float, precision::highest>, attn));
+};
+
+/// in_proj_weight (3D, D) with B_q A_q · scale added to its q rows and B_v A_v · scale to its v rows, in float64.
+vec merged_in_proj(vec w, const vec& qa, const vec& qb, const vec& va, const vec& vb, double scale) {
+  for (std::size_t o = 0; o < D; ++o)
+    for (std::size_t i = 0; i < D; ++i)
+      for (std::size_t k = 0; k < R; ++k) {
+        w[o * D + i] += qb[o * R + k] * qa[k * D + i] * scale;
+        w[(2 * D + o) * D + i] += vb[o * R + k] * va[k * D + i] * scale;
+      }
+  return w;
+}
+
+TEST(LoraAttention, NamesInitAndAFrozenBase) {
+  EXPECT_EQ(xtpu::nn::parameter_names<attn_student>(),
+            (std::vector<std::string>{"attn.base.in_proj_weight", "attn.base.in_proj_bias", "attn.base.out_proj.weight",
+                                      "attn.base.out_proj.bias", "attn.q.lora_A", "attn.q.lora_B", "attn.v.lora_A",
+                                      "attn.v.lora_B"}));
+  static_assert(xtpu::nn::parameter_count_v<attn_student> == 3 * D * D + 3 * D + D * D + D + 2 * (R * D + D * R));
+  attn_student m = xtpu::nn::init<attn_student>(1);
+  int trainable = 0;
+  xtpu::nn::for_each_parameter(m, [&](const std::string& name, auto& p) {
+    EXPECT_EQ(p.requires_grad(), name.find("lora") != std::string::npos) << name;
+    trainable += p.requires_grad();
+  });
+  EXPECT_EQ(trainable, 4);
+  const auto x = device<float, B, AS, D>(values(B * AS * D, 2));
+  const tensor<float, B, AS, D> y = m.attn(x, xtpu::nn::causal), base = m.attn.base(x, xtpu::nn::causal);
+  xtpu::mark_step();
+  EXPECT_EQ(host(y), host(base));  // B = 0: each adapter adds exact zeros
+  for (double a : host(m.attn.q.lora_A)) EXPECT_LE(std::abs(a), 1.0 / std::sqrt(double(D)));
+  EXPECT_NE(host(m.attn.q.lora_A), host(m.attn.v.lora_A));  // two draws
+}
+
+TEST(LoraAttention, ForwardAndAdapterGradientsMatchFloat64) {
+  attn_student m = xtpu::nn::init<attn_student>(3);
+  m.attn.q.lora_B = device<float, D, R>(values(D * R, 4));  // nonzero: every factor gets a gradient
+  m.attn.v.lora_B = device<float, D, R>(values(D * R, 5));
+  m.attn.base.in_proj_bias = device<float, 3 * D>(values(3 * D, 6));
+  m.attn.alpha = 3.0f;
+  const double scale = 3.0 / R;
+  const auto xv = values(B * AS * D, 7), rv = values(B * AS * D, 8);
+  const auto x = device<float, B, AS, D>(xv);
+  const auto r = device<float, B, AS, D>(rv);
+  const tensor<float, B, AS, D> y = m.attn(x, xtpu::nn::causal);
+  tensor<float> loss = xtpu::sum(y * r);
+  xtpu::backward(loss);
+  xtpu::mark_step();
+  EXPECT_FALSE(m.attn.base.in_proj_weight.has_grad());
+  EXPECT_FALSE(m.attn.base.out_proj.weight.has_grad());
+  const vec wi = host(m.attn.base.in_proj_weight), bi = host(m.attn.base.in_proj_bias);
+  const vec wo = host(m.attn.base.out_proj.weight), bo = host(m.attn.base.out_proj.bias);
+  const vec qa = host(m.attn.q.lora_A), qb = host(m.attn.q.lora_B), va = host(m.attn.v.lora_A), vb = host(m.attn.v.lora_B);
+  const auto forward = [&](const vec& QA, const vec& QB, const vec& VA, const vec& VB) {
+    return mha_ref(widen(xv), widen(xv), merged_in_proj(wi, QA, QB, VA, VB, scale), bi, wo, bo, B, AS, AS, D, H,
+                   seen_causal(true));
+  };
+  EXPECT_TRUE(all_near(host(y), forward(qa, qb, va, vb), 1e-5, 1e-6));
+  const auto f = [&](const vec& QA, const vec& QB, const vec& VA, const vec& VB) { return dot(forward(QA, QB, VA, VB), widen(rv)); };
+  EXPECT_TRUE(all_near(host(m.attn.q.lora_A.grad()), numeric_grad_at<0>(f, qa, qb, va, vb), 1e-4, 1e-6));
+  EXPECT_TRUE(all_near(host(m.attn.q.lora_B.grad()), numeric_grad_at<1>(f, qa, qb, va, vb), 1e-4, 1e-6));
+  EXPECT_TRUE(all_near(host(m.attn.v.lora_A.grad()), numeric_grad_at<2>(f, qa, qb, va, vb), 1e-4, 1e-6));
+  EXPECT_TRUE(all_near(host(m.attn.v.lora_B.grad()), numeric_grad_at<3>(f, qa, qb, va, vb), 1e-4, 1e-6));
+}
+
+// Training moves the adapters alone, alpha changes nothing compiled, and the merged
+// in_proj_weight in a plain multihead_attention gives the trained module's output — for
+// self-attention and for cross-attention to a memory.
+TEST(LoraAttention, TrainingMovesTheAdaptersAloneAndTheMergedWeightAgrees) {
+  attn_student m = xtpu::nn::init<attn_student>(9);
+  const vec w0 = host(m.attn.base.in_proj_weight), wo0 = host(m.attn.base.out_proj.weight);
+  xtpu::optim::adamw opt(m, {.lr = 1e-2f});
+  const auto x = device<float, B, AS, D>(values(B * AS * D, 10));
+  const auto memory = device<float, B, AS + 1, D>(values(B * (AS + 1) * D, 11));
+  const auto target = device<float, B, AS, D>(values(B * AS * D, 12));
+  float first = 0, last = 0;
+  std::int64_t compiles = 0;
+  for (int step = 0; step < 30; ++step) {
+    m.attn.alpha = step < 15 ? 2.0f : 4.0f;  // a run-time scalar
+    tensor<float> loss = xtpu::nn::mse(m.attn(x, xtpu::nn::causal), target);
+    xtpu::backward(loss);
+    xtpu::optimizer_step(opt);
+    if (step == 1) compiles = xtpu::metrics::counter("UncachedCompile");
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles);
+  EXPECT_LT(last, 0.9f * first);
+  EXPECT_EQ(host(m.attn.base.in_proj_weight), w0);  // frozen: not even weight decay
+  EXPECT_EQ(host(m.attn.base.out_proj.weight), wo0);
+  EXPECT_NE(host(m.attn.q.lora_B), vec(D * R, 0.0));
+  EXPECT_NE(host(m.attn.v.lora_B), vec(D * R, 0.0));
+  xtpu::nn::multihead_attention<D, H, float, precision::highest> merged;
+  merged.in_proj_weight = m.attn.merged_in_proj_weight();
+  merged.in_proj_bias = xtpu::detach(m.attn.base.in_proj_bias);
+  merged.out_proj.weight = xtpu::detach(m.attn.base.out_proj.weight);
+  merged.out_proj.bias = xtpu::detach(m.attn.base.out_proj.bias);
+  const tensor<float, B, AS, D> y = m.attn(x, xtpu::nn::causal), y_merged = merged(x, xtpu::nn::causal);
+  const tensor<float, B, AS, D> c = m.attn(x, memory), c_merged = merged(x, memory);
+  xtpu::mark_step();
+  EXPECT_TRUE(all_near(host(y_merged), host(y), 1e-5, 1e-6));
+  EXPECT_TRUE(all_near(host(c_merged), host(c), 1e-5, 1e-6));
 }
 
 }  // namespace

@@ -30,6 +30,8 @@
 //       from nn::init's stream, even at p 0). Self-attention: attn(x), attn(x, nn::causal),
 //       attn(x, nn::key_padding(pad)), attn(x, nn::causal, nn::key_padding(pad)); cross-
 //       attention (torch's key = value = memory): attn(x, memory[, nn::key_padding(pad)]).
+//       (nn::lora_attention, in lora.hpp, is this module with LoRA adapters on q and v: the
+//       same calls, detail::attention_calls, and each projection passed through its own.)
 //   transformer_block<D, Heads, Ffn = 4 D, T = float, Prec>   torch.nn.TransformerEncoderLayer
 //       (D, Heads, Ffn, activation = "gelu", batch_first = True, norm_first = True) and its
 //       names: x + dropout1(self_attn(norm1(x))), then + dropout2(linear2(dropout(gelu(
@@ -242,10 +244,75 @@ auto scaled_dot_product_attention(const Q& q, const K& k, const V& v, causal_t, 
   return detail::attention<Prec>(q, k, v, detail::mask_bias<true, Q, K>(mask), drop);
 }
 
+template <std::size_t D, std::size_t Heads, std::size_t Rank, class T, precision Prec>
+struct lora_attention;
+
+}  // namespace xtpu::nn
+
+namespace xtpu::detail {
+/// The projections of q, k and v as they are (multihead_attention's own).
+struct plain_projections {
+  template <std::size_t Part, class Src, class P>
+  static P project(const Src&, P projected) {
+    return projected;
+  }
+};
+
+/// The calls of an attention module (multihead_attention, lora_attention), each naming the
+/// caller's line: self-attention over x with the masks (none, nn::causal, key_padding(pad),
+/// both), cross-attention to a memory (with its padding mask or not); Module::attend(x, m,
+/// mask) (reachable from here) does the work.
+template <class Module>
+struct attention_calls {
+  // x (S, D) or (B, S, D) -> x's shape
+  template <class X>
+  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().attend(x, x, no_mask_t{});
+  }
+  template <class X>
+  auto operator()(const X& x, nn::causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().attend(x, x, nn::causal);
+  }
+  // pad bool (B, S) (x (S, D): (S)), true at a padding position
+  template <class X, class Pad>
+  auto operator()(const X& x, const nn::key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().attend(x, x, padded<false, Pad>{pad.pad});
+  }
+  template <class X, class Pad>
+  auto operator()(const X& x, nn::causal_t, const nn::key_padding_t<Pad>& pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().attend(x, x, padded<true, Pad>{pad.pad});
+  }
+  // cross-attention: x (B, Sq, D) the queries, memory (B, Sk, D) the keys and values -> x's
+  // shape (x (Sq, D) with memory (Sk, D)); pad (B, Sk) or (Sk), memory's padding
+  template <class X, operand M>
+  auto operator()(const X& x, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().attend(x, memory, no_mask_t{});
+  }
+  template <class X, operand M, class Pad>
+  auto operator()(const X& x, const M& memory, const nn::key_padding_t<Pad>& pad,
+                  xtpu::source_location caller = xtpu::source_location::current()) const {
+    const site_scope site(caller);
+    return self().attend(x, memory, padded<false, Pad>{pad.pad});
+  }
+
+ private:
+  const Module& self() const noexcept { return static_cast<const Module&>(*this); }
+};
+}  // namespace xtpu::detail
+
+namespace xtpu::nn {
+
 /// Multi-head attention, batch first (torch.nn.MultiheadAttention(D, Heads, batch_first=True)):
-/// self-attention, or cross-attention to a memory (torch's key = value = memory).
+/// self-attention, or cross-attention to a memory (torch's key = value = memory); the calls
+/// are detail::attention_calls'.
 template <std::size_t D, std::size_t Heads, class T = float, precision Prec = precision::default_>
-struct multihead_attention {
+struct multihead_attention : detail::attention_calls<multihead_attention<D, Heads, T, Prec>> {
   static constexpr std::size_t head_dim = D / Heads;
   using in_weight_type = parameter<T, 3 * D, D>;
   using in_bias_type = parameter<T, 3 * D>;
@@ -253,43 +320,6 @@ struct multihead_attention {
                            (linear<D, D, T, Prec>, out_proj), (dropout_module, dropout));
 
   multihead_attention() { dropout.p = 0.0f; }
-
-  // x (S, D) or (B, S, D) -> x's shape
-  template <class X>
-  auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return attend(x, x, detail::no_mask_t{});
-  }
-  template <class X>
-  auto operator()(const X& x, causal_t, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return attend(x, x, causal);
-  }
-  // pad bool (B, S) (x (S, D): (S)), true at a padding position
-  template <class X, class Pad>
-  auto operator()(const X& x, const key_padding_t<Pad>& pad, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return attend(x, x, detail::padded<false, Pad>{pad.pad});
-  }
-  template <class X, class Pad>
-  auto operator()(const X& x, causal_t, const key_padding_t<Pad>& pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return attend(x, x, detail::padded<true, Pad>{pad.pad});
-  }
-  // cross-attention: x (B, Sq, D) the queries, memory (B, Sk, D) the keys and values -> x's
-  // shape (x (Sq, D) with memory (Sk, D)); pad (B, Sk) or (Sk), memory's padding
-  template <class X, detail::operand M>
-  auto operator()(const X& x, const M& memory, xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return attend(x, memory, detail::no_mask_t{});
-  }
-  template <class X, detail::operand M, class Pad>
-  auto operator()(const X& x, const M& memory, const key_padding_t<Pad>& pad,
-                  xtpu::source_location caller = xtpu::source_location::current()) const {
-    const detail::site_scope site(caller);
-    return attend(x, memory, detail::padded<false, Pad>{pad.pad});
-  }
 
   /// torch's _reset_parameters: in_proj_weight xavier-uniform (bound sqrt(6 / (D + 3D))), the
   /// biases zeros, out_proj.weight as a linear's.
@@ -301,9 +331,14 @@ struct multihead_attention {
   }
 
  private:
-  /// Queries from x, keys and values from m (m is x in self-attention).
-  template <class X, class M, class Mask>
-  auto attend(const X& x, const M& m, const Mask& mask) const {
+  friend detail::attention_calls<multihead_attention>;
+  template <std::size_t, std::size_t, std::size_t, class, precision>
+  friend struct lora_attention;
+
+  /// Queries from x, keys and values from m (m is x in self-attention); part I's projection
+  /// (q 0, k 1, v 2) passed through Projections::project<I>(source, projection).
+  template <class X, class M, class Mask, class Projections = detail::plain_projections>
+  auto attend(const X& x, const M& m, const Mask& mask, const Projections& projections = {}) const {
     using S = typename detail::node_t<X>::shape_type;
     using MS = typename detail::node_t<M>::shape_type;
     if constexpr (!detail::operands_well_formed_v<detail::node_t<X>, detail::node_t<M>>) {
@@ -316,7 +351,7 @@ struct multihead_attention {
         check::cross_attention<S, MS>();
         if constexpr (!detail::memory_fits_v<MS, S>) return detail::as_tensor(x);  // E114 alone
         else if constexpr (!pad_fits<MS, Mask>()) return detail::as_tensor(x);     // E116 alone
-        else return attend_checked<S, MS>(x, m, mask);
+        else return attend_checked<S, MS>(x, m, mask, projections);
       }
     }
   }
@@ -343,8 +378,8 @@ struct multihead_attention {
     }
   }
 
-  template <class S, class MS, class X, class M, class Mask>
-  auto attend_checked(const X& x, const M& m, const Mask& module_mask) const {
+  template <class S, class MS, class X, class M, class Mask, class Projections>
+  auto attend_checked(const X& x, const M& m, const Mask& module_mask, const Projections& projections) const {
     const dropout_draw drop = dropout.draw();  // (a bad p throws before anything is recorded)
     constexpr std::size_t batch = S::size / (S::dims[S::rank - 2] * D);
     const auto mask = heads_mask<S, MS>(module_mask);
@@ -355,8 +390,8 @@ struct multihead_attention {
       using SS = typename detail::node_t<Src>::shape_type;
       const auto w = slice<0, I * D, (I + 1) * D>(in_proj_weight);  // (D, D)
       const auto b = slice<0, I * D, (I + 1) * D>(in_proj_bias);    // (D)
-      return detail::as_tensor(
-          permute<0, 2, 1, 3>(reshape<batch, SS::dims[SS::rank - 2], Heads, head_dim>(matmul<Prec>(src, transpose(w)) + b)));
+      return detail::as_tensor(permute<0, 2, 1, 3>(reshape<batch, SS::dims[SS::rank - 2], Heads, head_dim>(
+          projections.template project<I>(src, matmul<Prec>(src, transpose(w)) + b))));
     };
     // q, k and v recorded in this order, one statement each: as three arguments of one call
     // their order would be the compiler's (C++ leaves it unspecified), and with it the order

@@ -1,5 +1,5 @@
-// xtpu/nn/lora.hpp — a LoRA adapter around a frozen linear layer (Hu et al. 2021; PEFT's
-// LoraLayer for nn.Linear).
+// xtpu/nn/lora.hpp — LoRA adapters (Hu et al. 2021; PEFT's LoraLayer): around a frozen linear
+// layer, and on the query and value projections of a frozen multi-head attention.
 //
 // Provides: lora_linear<In, Out, Rank, T = float, Prec = precision::default_> with members
 //   base     a linear<In, Out> whose weight and bias are frozen (requires_grad false) by init;
@@ -13,13 +13,26 @@
 // layer's Prec (the default: bf16 operands, as the forward's), merged_weight<precision::highest>()
 // the product of the operands as they are; merged_weight<P, float>() the merge in f32 (of a bf16
 // layer: W widened plus the product's f32 result, nothing rounded to bf16).
-// Shape rule: x (..., In) -> (..., Out), as linear. Errors: those of matmul (E301 when x's last
-// extent is not In); Rank 0 is E105 (a zero extent).
+// lora_adapter<In, Out, Rank, T>: one projection's pair, lora_A (Rank, In) and lora_B (Out, Rank).
+// lora_attention<D, Heads, Rank, T = float, Prec = precision::default_>: `base` a
+//   multihead_attention<D, Heads, T, Prec> frozen by init (in_proj_weight, in_proj_bias,
+//   out_proj), adapters `q` and `v` (lora_adapter<D, D, Rank, T>: the LoRA paper's W_q and W_v,
+//   PEFT's target_modules ["q_proj", "v_proj"]) and `alpha` as lora_linear's. Its query
+//   projection is x W_qᵀ + b_q + (x A_qᵀ) B_qᵀ · alpha / Rank, its value projection the same
+//   with v's pair; keys, the attention and out_proj as base's. Every call of
+//   multihead_attention (the masks, cross-attention). merged_in_proj_weight() is the (3 D, D)
+//   in_proj_weight of the merged module (rows [0, D) + B_q A_q · alpha / Rank, [2 D, 3 D) +
+//   B_v A_v · alpha / Rank), with the precision and type arguments of merged_weight. Names:
+//   "base.in_proj_weight", ..., "q.lora_A", "q.lora_B", "v.lora_A", "v.lora_B".
+// Shape rule: x (..., In) -> (..., Out), as linear; lora_attention as multihead_attention.
+// Errors: those of matmul (E301 when x's last extent is not In) and of multihead_attention
+// (E114, E116); Rank 0 is E105 (a zero extent).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 
+#include "xtpu/nn/attention.hpp"
 #include "xtpu/nn/linear.hpp"
 
 namespace xtpu::nn {
@@ -55,6 +68,64 @@ struct lora_linear {
     lora_B = zeros<T, Out, Rank>();
     base.weight.requires_grad(false);
     base.bias.requires_grad(false);
+  }
+};
+
+/// One projection's LoRA pair: (x Aᵀ) Bᵀ, A (Rank, In), B (Out, Rank).
+template <std::size_t In, std::size_t Out, std::size_t Rank, class T = float>
+struct lora_adapter {
+  BOOST_HANA_DEFINE_STRUCT(lora_adapter, (parameter<T, Rank, In>, lora_A), (parameter<T, Out, Rank>, lora_B));
+
+  /// A as a linear's weight (±1/sqrt(In)), B zeros: at first it adds exact zeros.
+  void reset_parameters(seeds& s) {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(In));
+    lora_A = random::uniform<T, Rank, In>(s.next(), -bound, bound);
+    lora_B = zeros<T, Out, Rank>();
+  }
+};
+
+/// Multi-head attention with LoRA on its query and value projections; the calls are
+/// multihead_attention's (see the top of this file).
+template <std::size_t D, std::size_t Heads, std::size_t Rank, class T = float, precision Prec = precision::default_>
+struct lora_attention : detail::attention_calls<lora_attention<D, Heads, Rank, T, Prec>> {
+  using adapter_type = lora_adapter<D, D, Rank, T>;
+  BOOST_HANA_DEFINE_STRUCT(lora_attention, (multihead_attention<D, Heads, T, Prec>, base), (adapter_type, q),
+                           (adapter_type, v));
+  float alpha = static_cast<float>(Rank);
+
+  /// After base's and the adapters' own init: base frozen.
+  void reset_parameters(seeds&) { nn::requires_grad(base, false); }
+
+  /// in_proj_weight + the adapters' B A · alpha / Rank in its q and v rows: (3 D, D), the
+  /// merged module's, of element type R; B A at precision P.
+  template <precision P = Prec, class R = T>
+  auto merged_in_proj_weight() const {
+    const float scale = alpha / static_cast<float>(Rank);
+    const auto delta = [&](const adapter_type& a) { return matmul<P, R>(a.lora_B, a.lora_A) * scale; };  // (D, D)
+    return cast<R>(base.in_proj_weight) + concat<0>(delta(q), zeros<R, D, D>(), delta(v));
+  }
+
+ private:
+  friend detail::attention_calls<lora_attention>;
+
+  /// Part 0's (q) and part 2's (v) projection plus its adapter's; part 1 (k) as it is.
+  struct projections {
+    const lora_attention& m;
+    // src (..., D), projected (..., D) -> (..., D)
+    template <std::size_t Part, class Src, class P>
+    auto project(const Src& src, P projected) const {
+      if constexpr (Part == 1) {
+        return projected;
+      } else {
+        const adapter_type& a = Part == 0 ? m.q : m.v;
+        auto low = detail::as_tensor(matmul<Prec>(src, transpose(a.lora_A)));  // (..., Rank)
+        return std::move(projected) + matmul<Prec>(std::move(low), transpose(a.lora_B)) * (m.alpha / static_cast<float>(Rank));
+      }
+    }
+  };
+  template <class X, class M, class Mask>
+  auto attend(const X& x, const M& memory, const Mask& mask) const {
+    return base.attend(x, memory, mask, projections{*this});
   }
 };
 
