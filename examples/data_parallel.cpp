@@ -1,12 +1,13 @@
 // data_parallel: data-parallel training on two emulated chips of one process, one thread each.
-// Each chip holds a replica of the weights and half of every batch; after computing its
-// gradient it fetches the other chip's with an explicit transfer (t.to(device)), adds the two
-// and updates its replica — an all-reduce done by hand. Each chip accounts its own HBM.
+// Each chip holds a replica of the weights and half of every batch; its gradient goes through
+// an xtpu::replica_group's all_reduce — the other chip's gradient copied over (one timed
+// transfer each way) and the two added in rank order, the same bits on both — and each chip
+// updates its own replica. Each chip accounts its own HBM. (optimizer_step(opt, group, rank)
+// does the same for a model's gradients: tests/runtime/test_replicas.cpp.)
 // Self-checking: both replicas end bit-identical, close to one chip training on the whole batch,
 // and the least-squares problem is solved.
 #include <xtpu/xtpu.hpp>
 
-#include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <thread>
@@ -52,8 +53,7 @@ int main() {
   const xtpu::device* chips[2] = {&chip0, &chip1};
 
   std::vector<float> replica[2];
-  weights grads[2];  // each chip's gradient of the current step, read by the other after the barrier
-  std::barrier sync(2);
+  xtpu::replica_group group(2);
   auto worker = [&](int rank) {
     const xtpu::device& me = *chips[rank];
     xtpu::device_scope on(me);
@@ -61,17 +61,12 @@ int main() {
     xtpu::tensor<float, Half, 1> y = xtpu::from_host<float, Half, 1>(pb.y.data() + rank * Half, Half);
     weights w;  // zeros
     for (int s = 0; s < steps; ++s) {
-      grads[rank] = gradient(x, y, w);
-      xtpu::mark_step();
-      sync.arrive_and_wait();  // both gradients exist
-      const weights other = grads[1 - rank].to(me);  // an explicit, timed transfer between chips
-      sync.arrive_and_wait();  // both copies made: the gradients may be replaced
-      w = w - lr * (rank == 0 ? grads[0] + other : other + grads[1]);  // the same sum on both chips
+      const weights g = gradient(x, y, w);
+      w = w - lr * group.all_reduce(rank, g);  // g computed (a mark_step), both chips' summed in rank order
       xtpu::mark_step();
     }
     const auto h = w.to_host();
     replica[rank].assign(h.begin(), h.end());
-    grads[rank] = weights(chip0);  // chip1 keeps nothing: its HBM is all freed at the end
   };
   std::thread t1(worker, 1);
   worker(0);

@@ -63,6 +63,7 @@
 #include "xtpu/nn/norm.hpp"
 #include "xtpu/nn/parameter.hpp"
 #include "xtpu/optim/optimizer.hpp"
+#include "xtpu/optim/replicas.hpp"
 #include "xtpu/optim/schedule.hpp"
 #include "xtpu/shape/check.hpp"
 #include "xtpu/shape/extents.hpp"

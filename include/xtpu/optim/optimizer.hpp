@@ -8,8 +8,9 @@
 // changing them never recompiles; turning SGD's momentum or Nesterov on or off changes the
 // graph, which compiles once more); steps() (step() calls; Adam's t is counted per parameter,
 // over the steps that updated it, as torch's state['step']). The optimizer holds the model by
-// address: the model must stay where it is while the optimizer lives. xtpu::optimizer_step(opt) = opt.step() then mark_step() (torch_xla's
-// xm.optimizer_step): forward, backward and update run as one compiled step.
+// address (model()): the model must stay where it is while the optimizer lives.
+// xtpu::optimizer_step(opt) = opt.step() then mark_step() (torch_xla's xm.optimizer_step):
+// forward, backward and update run as one compiled step.
 // Optimizer state (momentum buffers, Adam's moments) is in f32 for bf16 parameters too, and
 // bf16 parameters get f32 master weights (options' master_weights, on by default): the update
 // runs on the optimizer's f32 copy and the parameter gets it rounded once, so updates smaller
@@ -286,6 +287,8 @@ class optimizer_base {
     return o;
   }
   void zero_grad() { nn::zero_grad(*model_); }
+  /// The model it updates (optimizer_step(opt, group, rank) reduces its gradients).
+  Model& model() const noexcept { return *model_; }
 
  protected:
   /// xtpu::error for an option parameter_groups::valid_value refuses (a NaN or negative rate,

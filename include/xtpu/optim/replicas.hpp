@@ -1,0 +1,167 @@
+// xtpu/optim/replicas.hpp — data parallel over the chips of one process, one thread per replica.
+//
+// Provides: xtpu::replica_group(n) — n replicas, ranks 0..n-1, each a thread driving its own
+// chip (device_scope) with a copy of the model; all_reduce(rank, t) — the sum of every
+// replica's t, on the caller's device; xtpu::reduce_gradients(model, group, rank) — every
+// trainable parameter's gradient replaced by its mean over the replicas (torch_xla's
+// xm.reduce_gradients); xtpu::optimizer_step(opt, group, rank) — reduce_gradients over the
+// optimizer's model, then optimizer_step(opt) (torch_xla's xm.optimizer_step under
+// data parallel).
+// Each call is a collective: every rank of the group calls it, with tensors of the same types
+// in the same order, or the others wait for it. A call first ends the caller's step
+// (mark_step: the values the others read must be computed), then waits for every rank, copies
+// the others' values to its own chip (TransferDeviceToDeviceTime, one transfer per tensor and
+// other rank) and waits again until every rank has its copies. The sum is recorded in the
+// caller's next step, in rank order (((t0 + t1) + t2) + ...), so every replica gets the same
+// bits; a mean is that sum times 1/n.
+// Shape rule: the result has t's type and shape. Errors: xtpu::error for a group of fewer than
+// one replica, for a rank outside [0, n) (before anything waits), and on every rank when the
+// ranks posted different numbers of tensors (their counts named); what mark_step throws;
+// out_of_memory for a copy, on that rank only (the others go on: a rank that throws and does
+// not call again leaves them waiting at their next collective, as any collective would).
+#pragma once
+
+#include <barrier>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "xtpu/error.hpp"
+#include "xtpu/lazy/tensor.hpp"
+#include "xtpu/nn/module.hpp"
+#include "xtpu/optim/optimizer.hpp"
+
+namespace xtpu {
+
+class replica_group;
+template <class Model>
+void reduce_gradients(Model& model, replica_group& group, int rank);
+
+class replica_group {
+ public:
+  explicit replica_group(int n) : n_(checked_size(n)), sync_(n_), posted_(static_cast<std::size_t>(n_)) {}
+  replica_group(const replica_group&) = delete;
+  replica_group& operator=(const replica_group&) = delete;
+
+  int size() const noexcept { return n_; }
+
+  /// The sum over the replicas of their t, on the caller's device: the same bits on every rank.
+  // t (Dims...) on each rank -> (Dims...)
+  template <class T, std::size_t... Dims>
+  tensor<T, Dims...> all_reduce(int rank, const tensor<T, Dims...>& t) {
+    std::vector<tensor<T, Dims...>> terms;
+    exchange(rank, {&t}, [&](const posted_items& posted) {
+      for (int j = 0; j < n_; ++j) terms.push_back(here(item<tensor<T, Dims...>>(posted, j, 0), j, rank));
+    });
+    return sum_in_rank_order(terms);
+  }
+
+ private:
+  template <class Model>
+  friend void reduce_gradients(Model& model, replica_group& group, int rank);
+  using posted_items = std::vector<std::vector<const void*>>;  // [rank][item]
+
+  /// Runs f(posted) once every rank has posted `mine` (after its mark_step), and returns once
+  /// every rank's f has returned; f's exception is rethrown on its own rank.
+  template <class F>
+  void exchange(int rank, std::vector<const void*> mine, F&& f) {
+    check_rank(rank);
+    xtpu::mark_step();  // the values the others read: computed
+    posted_[static_cast<std::size_t>(rank)] = std::move(mine);
+    sync_.arrive_and_wait();
+    const std::string mismatch = counts_differ();  // (every rank finds the same)
+    std::exception_ptr failed;
+    if (mismatch.empty()) {
+      try {
+        f(static_cast<const posted_items&>(posted_));
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
+    sync_.arrive_and_wait();  // every rank has its copies: the items may change
+    if (!mismatch.empty()) throw error(mismatch);
+    if (failed) std::rethrow_exception(failed);
+  }
+  /// Rank j's item i, of type V.
+  template <class V>
+  static const V& item(const posted_items& posted, int j, std::size_t i) {
+    return *static_cast<const V*>(posted[static_cast<std::size_t>(j)][i]);
+  }
+  /// Rank j's value on this thread's device: this rank's own as it is, another's copied.
+  template <class V>
+  static V here(const V& v, int j, int rank) {
+    return j == rank ? v : v.to(device::current());
+  }
+  /// ((terms[0] + terms[1]) + ...) in rank order.
+  template <class V>
+  static V sum_in_rank_order(const std::vector<V>& terms) {
+    V sum = terms[0];
+    for (std::size_t j = 1; j < terms.size(); ++j) sum = sum + terms[j];
+    return sum;
+  }
+
+  static int checked_size(int n) {
+    if (n < 1) throw error("xtpu: replica_group(" + std::to_string(n) + "): a group needs at least one replica");
+    return n;
+  }
+  void check_rank(int rank) const {
+    if (rank < 0 || rank >= n_)
+      throw error("xtpu: replica_group: rank " + std::to_string(rank) + " is not in [0, " + std::to_string(n_) +
+                  ") (a group of " + std::to_string(n_) + " replicas)");
+  }
+  /// The error text when the ranks posted different numbers of items, else empty.
+  std::string counts_differ() const {
+    bool same = true;
+    for (const auto& p : posted_) same = same && p.size() == posted_[0].size();
+    if (same) return {};
+    std::ostringstream os;
+    os << "xtpu: replica_group: the ranks reduce different numbers of tensors (";
+    for (int j = 0; j < n_; ++j) os << (j ? ", " : "") << "rank " << j << ": " << posted_[static_cast<std::size_t>(j)].size();
+    os << "): every rank must call with the same tensors, in the same order";
+    return os.str();
+  }
+
+  int n_;
+  std::barrier<> sync_;
+  posted_items posted_;  // each rank's items of the current exchange
+};
+
+/// Every trainable parameter's gradient (zeros where backward gave it none) replaced by its
+/// mean over the group: the same bits on every rank. One exchange for the whole model.
+template <class Model>
+void reduce_gradients(Model& model, replica_group& group, int rank) {
+  std::vector<const void*> mine;
+  nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+    if (p.requires_grad()) mine.push_back(&p);
+  });
+  std::vector<std::function<void()>> set;  // after the exchange: the others read our gradients until then
+  const float inverse = 1.0f / static_cast<float>(group.size());
+  group.exchange(rank, std::move(mine), [&](const replica_group::posted_items& posted) {
+    std::size_t i = 0;
+    nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+      if (!p.requires_grad()) return;
+      using P = std::remove_cvref_t<decltype(p)>;
+      std::vector<typename P::tensor_type> terms;
+      for (int j = 0; j < group.size(); ++j)
+        terms.push_back(replica_group::here(replica_group::item<P>(posted, j, i).grad(), j, rank));
+      typename P::tensor_type mean = replica_group::sum_in_rank_order(terms) * inverse;
+      set.push_back([&p, mean] { p.set_grad(mean); });
+      ++i;
+    });
+  });
+  for (auto& s : set) s();
+}
+
+/// reduce_gradients over opt's model, then optimizer_step(opt): update and mark_step.
+template <class Optimizer>
+void optimizer_step(Optimizer& opt, replica_group& group, int rank,
+                    xtpu::source_location where = xtpu::source_location::current()) {
+  reduce_gradients(opt.model(), group, rank);
+  optimizer_step(opt, where);
+}
+
+}  // namespace xtpu
