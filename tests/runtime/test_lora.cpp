@@ -207,7 +207,9 @@ TEST(LoraAttention, ForwardAndAdapterGradientsMatchFloat64) {
   xtpu::backward(loss);
   xtpu::mark_step();
   EXPECT_FALSE(m.attn.base.in_proj_weight.has_grad());
+  EXPECT_FALSE(m.attn.base.in_proj_bias.has_grad());
   EXPECT_FALSE(m.attn.base.out_proj.weight.has_grad());
+  EXPECT_FALSE(m.attn.base.out_proj.bias.has_grad());
   const vec wi = host(m.attn.base.in_proj_weight), bi = host(m.attn.base.in_proj_bias);
   const vec wo = host(m.attn.base.out_proj.weight), bo = host(m.attn.base.out_proj.bias);
   const vec qa = host(m.attn.q.lora_A), qb = host(m.attn.q.lora_B), va = host(m.attn.v.lora_A), vb = host(m.attn.v.lora_B);
@@ -259,6 +261,29 @@ TEST(LoraAttention, TrainingMovesTheAdaptersAloneAndTheMergedWeightAgrees) {
   xtpu::mark_step();
   EXPECT_TRUE(all_near(host(y_merged), host(y), 1e-5, 1e-6));
   EXPECT_TRUE(all_near(host(c_merged), host(c), 1e-5, 1e-6));
+}
+
+// A bf16 module's merge in f32: in_proj_weight widened plus each product's f32 result, nothing
+// rounded to bf16; the k rows are the base's.
+struct bf16_student {
+  BOOST_HANA_DEFINE_STRUCT(bf16_student, (xtpu::nn::lora_attention<D, H, R, xtpu::bf16>, attn));
+};
+
+TEST(LoraAttention, ABf16ModulesMergeInF32) {
+  bf16_student m = xtpu::nn::init<bf16_student>(13);
+  m.attn.q.lora_B = xtpu::random::uniform<xtpu::bf16, D, R>(14, -0.5f, 0.5f);
+  m.attn.v.lora_B = xtpu::random::uniform<xtpu::bf16, D, R>(15, -0.5f, 0.5f);
+  m.attn.alpha = 3.0f;
+  const tensor<float, 3 * D, D> merged = m.attn.merged_in_proj_weight<precision::highest, float>();
+  xtpu::mark_step();
+  const vec w = host(m.attn.base.in_proj_weight), got = host(merged);
+  const vec want = merged_in_proj(w, host(m.attn.q.lora_A), host(m.attn.q.lora_B), host(m.attn.v.lora_A),
+                                  host(m.attn.v.lora_B), 3.0 / R);
+  EXPECT_TRUE(all_near(got, want, 1e-6, 1e-6));
+  EXPECT_EQ(vec(got.begin() + D * D, got.begin() + 2 * D * D), vec(w.begin() + D * D, w.begin() + 2 * D * D));  // k: the base's
+  vec rounded = want;
+  for (double& x : rounded) x = static_cast<float>(xtpu::bf16(static_cast<float>(x)));
+  EXPECT_FALSE(all_near(got, rounded, 1e-6, 1e-6)) << "the f32 merge is not rounded to bf16";
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Data parallel with xtpu::replica_group: all_reduce sums in rank order with the same bits on
 // every rank; reduce_gradients / optimizer_step(opt, group, rank) train replicas that stay
-// bit-identical and follow one chip training on the whole batch; a bad rank, a bad size and
-// ranks that disagree on what they reduce are errors naming the values.
+// bit-identical and follow one chip training on the whole batch (a parameter no backward
+// reached and a frozen one left alone); a bad rank, a bad size and ranks that disagree on what
+// they reduce (in number, in shape) are errors naming the values.
 #include "files.hpp"
 #include "grad_check.hpp"
 
@@ -41,8 +42,11 @@ TEST(Replicas, AllReduceSumsInRankOrderWithTheSameBitsOnEveryRank) {
   constexpr int n = 3;
   constexpr std::size_t N = 37;
   std::vector<std::vector<float>> in(n), out(n);
-  for (int r = 0; r < n; ++r)
-    for (std::size_t i = 0; i < N; ++i) in[r].push_back(static_cast<float>(values(N, 10 + r)[i]) * (r == 1 ? 1e4f : 1.0f));
+  for (int r = 0; r < n; ++r)  // rank 1's values large, rank 2's nearly their negation: the order shows
+    for (std::size_t i = 0; i < N; ++i) {
+      const float v = static_cast<float>(values(N, 10 + r)[i]);
+      in[r].push_back(r == 0 ? v : r == 1 ? v * 1e4f : v - in[1][i]);
+    }
   xtpu::replica_group group(n);
   const auto errors = on_replicas(n, [&](int r) {
     const auto t = xtpu::from_host<float, N>(in[static_cast<std::size_t>(r)].data(), N);
@@ -56,11 +60,20 @@ TEST(Replicas, AllReduceSumsInRankOrderWithTheSameBitsOnEveryRank) {
   std::vector<float> want(N);
   for (std::size_t i = 0; i < N; ++i) want[i] = (in[0][i] + in[1][i]) + in[2][i];  // rank order, in f32
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[static_cast<std::size_t>(r)], want) << "rank " << r;
+  std::vector<float> other_order(N);
+  for (std::size_t i = 0; i < N; ++i) other_order[i] = in[0][i] + (in[1][i] + in[2][i]);
+  EXPECT_NE(other_order, want) << "the data tells the orders apart";
 }
 
-// x (B, 4) -> (B, 1)
+// x (B, 4) -> (B, 1); `unused` is reached by no backward, `frozen` is frozen
 struct regression {
-  BOOST_HANA_DEFINE_STRUCT(regression, (xtpu::nn::linear<4, 1>, fc));
+  BOOST_HANA_DEFINE_STRUCT(regression, (xtpu::nn::linear<4, 1>, fc), (xtpu::nn::parameter<float, 3>, unused),
+                           (xtpu::nn::parameter<float, 2>, frozen));
+  void reset_parameters(xtpu::nn::seeds&) {
+    unused = xtpu::full<float, 3>(1.0f);
+    frozen = xtpu::full<float, 2>(1.0f);
+    frozen.requires_grad(false);
+  }
 };
 constexpr std::size_t B = 16, Half = B / 2;
 
@@ -79,7 +92,7 @@ TEST(Replicas, DataParallelTrainingFollowsOneChipOnTheWholeBatch) {
   xtpu::replica_group group(2);
   const auto errors = on_replicas(2, [&](int r) {
     regression m = xtpu::nn::init<regression>(5);
-    xtpu::optim::sgd opt(m, {.lr = 0.1f, .momentum = 0.9f});
+    xtpu::optim::adamw opt(m, {.lr = 0.05f, .weight_decay = 0.1f});
     const auto x = xtpu::from_host<float, Half, 4>(xs.data() + r * Half * 4, Half * 4);
     const auto y = xtpu::from_host<float, Half, 1>(ys.data() + r * Half, Half);
     for (int s = 0; s < steps; ++s) {
@@ -89,11 +102,13 @@ TEST(Replicas, DataParallelTrainingFollowsOneChipOnTheWholeBatch) {
     }
     const auto h = m.fc.weight.to_host();
     weights[static_cast<std::size_t>(r)].assign(h.begin(), h.end());
+    EXPECT_EQ(host(m.unused), vec(3, 1.0)) << "no replica's backward reached it: no update, no weight decay";
+    EXPECT_EQ(host(m.frozen), vec(2, 1.0));
   });
   for (const auto& e : errors) EXPECT_EQ(e, "");
   EXPECT_EQ(weights[0], weights[1]);  // bit for bit
   regression m = xtpu::nn::init<regression>(5);
-  xtpu::optim::sgd opt(m, {.lr = 0.1f, .momentum = 0.9f});
+  xtpu::optim::adamw opt(m, {.lr = 0.05f, .weight_decay = 0.1f});
   const auto x = xtpu::from_host<float, B, 4>(xs.data(), B * 4);
   const auto y = xtpu::from_host<float, B, 1>(ys.data(), B);
   const vec w0 = host(m.fc.weight);
@@ -113,9 +128,9 @@ TEST(Replicas, BadRanksSizesAndMismatchedCallsAreErrors) {
   xtpu::replica_group one(1);
   const auto t = xtpu::full<float, 3>(2.0f);
   EXPECT_EQ(error_message<xtpu::error>([&] { (void)one.all_reduce(1, t); }),
-            "xtpu: replica_group: rank 1 is not in [0, 1) (a group of 1 replicas)");
+            "xtpu: replica_group: rank 1 is not in [0, 1): the group's size is 1");
   EXPECT_EQ(host(one.all_reduce(0, t)), vec(3, 2.0));  // one replica: its own value
-  // rank 0 reduces one tensor, rank 1 a model's two gradients: both ranks hear of it
+  // rank 0 reduces one tensor, rank 1 a model's three gradients: both ranks hear of it
   xtpu::replica_group two(2);
   const auto errors = on_replicas(2, [&](int r) {
     if (r == 0) {
@@ -126,10 +141,24 @@ TEST(Replicas, BadRanksSizesAndMismatchedCallsAreErrors) {
     }
   });
   const std::string want =
-      "xtpu: replica_group: the ranks reduce different numbers of tensors (rank 0: 1, rank 1: 2): every rank must "
+      "xtpu: replica_group: the ranks reduce different numbers of tensors (rank 0: 1, rank 1: 3): every rank must "
       "call with the same tensors, in the same order";
   EXPECT_EQ(errors[0], want);
   EXPECT_EQ(errors[1], want);
+  // as many tensors, of other shapes: the same on both ranks again, and the group still works
+  const auto again = on_replicas(2, [&](int r) {
+    if (r == 0) (void)two.all_reduce(0, xtpu::full<float, 3>(1.0f));
+    else (void)two.all_reduce(1, xtpu::full<float, 4>(1.0f));
+  });
+  const std::string shapes =
+      "xtpu: replica_group: rank 1's tensor 0 differs from rank 0's in type or shape: every rank must call with the same "
+      "tensors, in the same order";
+  EXPECT_EQ(again[0], shapes);
+  EXPECT_EQ(again[1], shapes);
+  std::vector<vec> sums(2);
+  (void)on_replicas(2, [&](int r) { sums[static_cast<std::size_t>(r)] = host(two.all_reduce(r, xtpu::full<float, 2>(r + 1.0f))); });
+  EXPECT_EQ(sums[0], vec(2, 3.0));
+  EXPECT_EQ(sums[1], vec(2, 3.0));
 }
 
 }  // namespace

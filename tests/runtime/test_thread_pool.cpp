@@ -76,7 +76,10 @@ TEST(ThreadPool, AWorkersExceptionReachesTheCaller) {
 // asleep leaves index 0 waiting: it gives up after 10 s and the test fails). At spin 0 the
 // caller also sleeps on its wait for the worker's index.
 TEST(ThreadPool, SleepingWorkersWakeForTheNextJob) {
-  const int spin0 = xtpu::kernels::spin_us();
+  struct restore {
+    int spin = xtpu::kernels::spin_us();
+    ~restore() { xtpu::kernels::set_spin_us(spin); }
+  } const saved;  // (also when an ASSERT below returns early)
   for (int spin : {0, 1, xtpu::kernels::detail::default_spin_us}) {
     xtpu::kernels::set_spin_us(spin);
     for (int rep = 0; rep < 20; ++rep) {
@@ -93,7 +96,6 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextJob) {
       checked_job(3);
     }
   }
-  xtpu::kernels::set_spin_us(spin0);
 }
 
 // The matmul level: 128^3 uses 2 workers, 256^3 all of them; alternate and compare the bits

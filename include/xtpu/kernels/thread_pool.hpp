@@ -193,14 +193,20 @@ class thread_pool {
     do std::this_thread::yield();
     while (!ready() && std::chrono::steady_clock::now() < end);
   }
+  /// Called with each index drawn past j's last: the thread that draws j.n itself tells the
+  /// pool that j has no index left to claim (a spinning worker stops waiting for it). False.
+  bool note_exhausted(const job& j, int drawn) noexcept {
+    if (drawn == j.n) claimable_.fetch_sub(1, std::memory_order_release);
+    return false;
+  }
   static bool finished(const job& j) noexcept { return j.finished.load(std::memory_order_acquire) == j.n; }
 
   /// Claims and runs indices of j until none is left; returns what it ran (for j's observer).
-  static work_report work_on(job& j, bool caller) noexcept {
+  work_report work_on(job& j, bool caller) noexcept {
     const job_tag_scope tag(j.tag);
     const bool timed = j.observer != nullptr;
     work_report r{{}, {}, 0, j.n, j.tag, caller};
-    for (int i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.n;) {
+    for (int i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.n || note_exhausted(j, i);) {
       if (!j.failed.load(std::memory_order_acquire)) {
         if (timed && r.ran == 0) r.begin = std::chrono::steady_clock::now();
         ++r.ran;
@@ -238,7 +244,7 @@ class thread_pool {
     (oldest_ ? newest_->newer : oldest_) = j;
     newest_ = j;
     j->queued = true;
-    queued_.fetch_add(1, std::memory_order_release);
+    claimable_.fetch_add(1, std::memory_order_release);
   }
   void dequeue(job* j) noexcept {
     if (!j->queued) return;
@@ -249,7 +255,6 @@ class thread_pool {
     if (newest_ == j) newest_ = older;
     j->newer = nullptr;
     j->queued = false;
-    queued_.fetch_sub(1, std::memory_order_release);
   }
   /// The oldest job with an unclaimed index (exhausted ones leave the queue), or null.
   job* take() noexcept {
@@ -266,7 +271,7 @@ class thread_pool {
 
   void loop() {
     for (;;) {
-      spin_for([&] { return queued_.load(std::memory_order_acquire) != 0 || stopping_.load(std::memory_order_relaxed); });
+      spin_for([&] { return claimable_.load(std::memory_order_acquire) != 0 || stopping_.load(std::memory_order_relaxed); });
       job* j = nullptr;
       {
         std::unique_lock lock(mu_);
@@ -294,7 +299,7 @@ class thread_pool {
   std::vector<std::thread> workers_;
   job* oldest_ = nullptr;  // the queue: jobs linked oldest to newest through job::newer
   job* newest_ = nullptr;
-  std::atomic<int> queued_{0};
+  std::atomic<int> claimable_{0};  // jobs with an index no thread has drawn yet (what an idle worker waits for)
   std::atomic<bool> stopping_{false};
   std::atomic<int> spin_budget_{default_spin_us};  // spin_us() as the last job's caller read it
   bool stop_ = false;
