@@ -19,6 +19,25 @@ namespace {
 using vec = std::vector<double>;
 constexpr std::size_t B = 3, S = 4, In = 6, Out = 5, R = 2;
 
+/// `steps` AdamW steps of mse(forward(), target) on m, with `alpha` 2 for the first half and 4
+/// after (a run-time scalar): nothing compiles after the second step, and the loss falls.
+template <class Model, class Forward, class Target>
+void expect_training_without_recompiles(Model& m, float& alpha, const Forward& forward, const Target& target, int steps) {
+  xtpu::optim::adamw opt(m, {.lr = 1e-2f});
+  float first = 0, last = 0;
+  std::int64_t compiles = 0;
+  for (int step = 0; step < steps; ++step) {
+    alpha = step < steps / 2 ? 2.0f : 4.0f;
+    tensor<float> loss = xtpu::nn::mse(forward(), target);
+    xtpu::backward(loss);
+    xtpu::optimizer_step(opt);
+    if (step == 1) compiles = xtpu::metrics::counter("UncachedCompile");
+    (step == 0 ? first : last) = loss.item();
+  }
+  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles);
+  EXPECT_LT(last, 0.9f * first);
+}
+
 struct model {
   BOOST_HANA_DEFINE_STRUCT(model, (xtpu::nn::lora_linear<In, Out, R, float, precision::highest>, fc));
 };
@@ -73,21 +92,9 @@ TEST(Lora, AdapterGradientsMatchFloat64AndTheBaseGetsNone) {
 TEST(Lora, TrainingMovesTheAdapterAloneAndTheMergedWeightAgrees) {
   model m = xtpu::nn::init<model>(7);
   const vec w0 = host(m.fc.base.weight), b0 = host(m.fc.base.bias);
-  xtpu::optim::adamw opt(m, {.lr = 1e-2f});
   const auto x = device<float, B, S, In>(values(B * S * In, 8));
   const auto target = device<float, B, S, Out>(values(B * S * Out, 9));
-  float first = 0, last = 0;
-  std::int64_t compiles = 0;
-  for (int step = 0; step < 40; ++step) {
-    m.fc.alpha = step < 20 ? 2.0f : 4.0f;  // a run-time scalar
-    tensor<float> loss = xtpu::nn::mse(m.fc(x), target);
-    xtpu::backward(loss);
-    xtpu::optimizer_step(opt);
-    if (step == 1) compiles = xtpu::metrics::counter("UncachedCompile");
-    (step == 0 ? first : last) = loss.item();
-  }
-  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles);
-  EXPECT_LT(last, 0.9f * first);
+  expect_training_without_recompiles(m, m.fc.alpha, [&] { return m.fc(x); }, target, 40);
   EXPECT_EQ(host(m.fc.base.weight), w0);  // frozen: not even weight decay
   EXPECT_EQ(host(m.fc.base.bias), b0);
   // the merged layer: x W'ᵀ + b with W' = W + B A · alpha / R
@@ -231,22 +238,10 @@ TEST(LoraAttention, ForwardAndAdapterGradientsMatchFloat64) {
 TEST(LoraAttention, TrainingMovesTheAdaptersAloneAndTheMergedWeightAgrees) {
   attn_student m = xtpu::nn::init<attn_student>(9);
   const vec w0 = host(m.attn.base.in_proj_weight), wo0 = host(m.attn.base.out_proj.weight);
-  xtpu::optim::adamw opt(m, {.lr = 1e-2f});
   const auto x = device<float, B, AS, D>(values(B * AS * D, 10));
   const auto memory = device<float, B, AS + 1, D>(values(B * (AS + 1) * D, 11));
   const auto target = device<float, B, AS, D>(values(B * AS * D, 12));
-  float first = 0, last = 0;
-  std::int64_t compiles = 0;
-  for (int step = 0; step < 30; ++step) {
-    m.attn.alpha = step < 15 ? 2.0f : 4.0f;  // a run-time scalar
-    tensor<float> loss = xtpu::nn::mse(m.attn(x, xtpu::nn::causal), target);
-    xtpu::backward(loss);
-    xtpu::optimizer_step(opt);
-    if (step == 1) compiles = xtpu::metrics::counter("UncachedCompile");
-    (step == 0 ? first : last) = loss.item();
-  }
-  EXPECT_EQ(xtpu::metrics::counter("UncachedCompile"), compiles);
-  EXPECT_LT(last, 0.9f * first);
+  expect_training_without_recompiles(m, m.attn.alpha, [&] { return m.attn(x, xtpu::nn::causal); }, target, 30);
   EXPECT_EQ(host(m.attn.base.in_proj_weight), w0);  // frozen: not even weight decay
   EXPECT_EQ(host(m.attn.base.out_proj.weight), wo0);
   EXPECT_NE(host(m.attn.q.lora_B), vec(D * R, 0.0));
