@@ -35,6 +35,17 @@
 #include "xtpu/nn/attention.hpp"
 #include "xtpu/nn/linear.hpp"
 
+namespace xtpu::detail {
+/// PEFT's init of a LoRA pair, the one place it is written: A (Rank, In) as a linear's weight
+/// (±1/sqrt(In)), B (Out, Rank) zeros, so that the pair adds exact zeros at first.
+template <class T, std::size_t Rank, std::size_t In, std::size_t Out>
+void reset_lora_pair(nn::seeds& s, nn::parameter<T, Rank, In>& a, nn::parameter<T, Out, Rank>& b) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(In));
+  a = random::uniform<T, Rank, In>(s.next(), -bound, bound);
+  b = zeros<T, Out, Rank>();
+}
+}  // namespace xtpu::detail
+
 namespace xtpu::nn {
 
 template <std::size_t In, std::size_t Out, std::size_t Rank, class T = float, precision Prec = precision::default_>
@@ -63,9 +74,7 @@ struct lora_linear {
 
   /// After base's own init: A as a linear's weight, B zeros, base frozen.
   void reset_parameters(seeds& s) {
-    const float bound = 1.0f / std::sqrt(static_cast<float>(In));
-    lora_A = random::uniform<T, Rank, In>(s.next(), -bound, bound);
-    lora_B = zeros<T, Out, Rank>();
+    detail::reset_lora_pair(s, lora_A, lora_B);
     base.weight.requires_grad(false);
     base.bias.requires_grad(false);
   }
@@ -77,11 +86,7 @@ struct lora_adapter {
   BOOST_HANA_DEFINE_STRUCT(lora_adapter, (parameter<T, Rank, In>, lora_A), (parameter<T, Out, Rank>, lora_B));
 
   /// A as a linear's weight (±1/sqrt(In)), B zeros: at first it adds exact zeros.
-  void reset_parameters(seeds& s) {
-    const float bound = 1.0f / std::sqrt(static_cast<float>(In));
-    lora_A = random::uniform<T, Rank, In>(s.next(), -bound, bound);
-    lora_B = zeros<T, Out, Rank>();
-  }
+  void reset_parameters(seeds& s) { detail::reset_lora_pair(s, lora_A, lora_B); }
 };
 
 /// Multi-head attention with LoRA on its query and value projections; the calls are
