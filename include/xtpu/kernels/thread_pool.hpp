@@ -13,9 +13,9 @@
 // created on first use (up to n - 1). Waiting: an idle worker, and a caller whose indices are all claimed, yield the CPU in a loop
 // for up to kernels::spin_us() µs (XTPU_SPIN_US, default 200; docs/benchmarks.md, "The thread
 // pool's wait"), then sleep on a condition variable. 0: sleep at once (a machine shared with
-// other programs). The budget is read by the
-// thread that starts a job (config_error there for a bad XTPU_SPIN_US, at the first job of a
-// program that made no tensor first) and used by the workers from then on.
+// other programs). The thread that starts a job reads the setting first (config_error there
+// for a bad XTPU_SPIN_US, at the first job of a program that made no tensor first); workers
+// exist only after that read and read the current value each time they wait.
 // A job's split never changes what any output element computes (each index is a fixed piece of
 // the output, computed in k order by whichever thread claims it).
 // Observing it (lazy/step.hpp's follow_trace installs one while a trace records, told by the
@@ -157,8 +157,7 @@ class thread_pool {
   [[gnu::noinline]] void run_job(int n, void (*fn)(void*, int), void* ctx) {
     if (n <= 0) return;
     if (n == 1) return fn(ctx, 0);
-    if (const int us = spin_us(); us != spin_budget_.load(std::memory_order_relaxed))
-      spin_budget_.store(us, std::memory_order_relaxed);  // (a store only when it changed: no shared line written per job)
+    (void)spin_us();  // reads XTPU_SPIN_US on first use (config_error here): workers, made after, never throw from it
     job j;
     j.n = n;
     j.fn = fn;
@@ -184,10 +183,11 @@ class thread_pool {
     if (j.error) std::rethrow_exception(j.error);
   }
 
-  /// Yields until ready() or spin_budget_ µs have passed (see the top of this file).
+  /// Yields until ready() or spin_us() µs have passed (see the top of this file). Only run
+  /// after run_job's first read of the setting, so the read cannot throw.
   template <class Ready>
-  void spin_for(Ready ready) const noexcept {
-    const int us = spin_budget_.load(std::memory_order_relaxed);
+  static void spin_for(Ready ready) noexcept {
+    const int us = spin_us();
     if (us == 0 || ready()) return;
     const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
     do std::this_thread::yield();
@@ -301,7 +301,6 @@ class thread_pool {
   job* newest_ = nullptr;
   std::atomic<int> claimable_{0};  // jobs with an index no thread has drawn yet (what an idle worker waits for)
   std::atomic<bool> stopping_{false};
-  std::atomic<int> spin_budget_{default_spin_us};  // spin_us() as the last job's caller read it
   bool stop_ = false;
 };
 
