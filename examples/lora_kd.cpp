@@ -57,34 +57,17 @@ struct teacher_model {
   }
 };
 
-/// The teacher's block with LoRA adapters on its attention's q and v and on its feed-forward
-/// layers (no dropout: the student trains only its adapters).
-template <std::size_t Rank>
-struct student_block {
-  BOOST_HANA_DEFINE_STRUCT(student_block, (xtpu::nn::lora_attention<dim, heads, Rank, bf16>, self_attn),
-                           (xtpu::nn::lora_linear<dim, ffn, Rank, bf16>, linear1),
-                           (xtpu::nn::lora_linear<ffn, dim, Rank, bf16>, linear2),
-                           (xtpu::nn::layer_norm_module<dim, bf16>, norm1), (xtpu::nn::layer_norm_module<dim, bf16>, norm2));
-
-  // x (B, seq, dim) -> (B, seq, dim)
-  template <std::size_t B>
-  tensor<bf16, B, seq, dim> operator()(const tensor<bf16, B, seq, dim>& x) const {
-    const tensor<bf16, B, seq, dim> h = x + self_attn(norm1(x), xtpu::nn::causal);
-    const tensor<bf16, B, seq, ffn> f = xtpu::gelu(linear1(norm2(h)));
-    return h + linear2(f);
-  }
-};
-
 template <std::size_t Rank>
 struct student_model {
   BOOST_HANA_DEFINE_STRUCT(student_model, (xtpu::nn::embedding<vocab, dim, bf16>, tok),
-                           (xtpu::nn::embedding<seq, dim, bf16>, pos), (student_block<Rank>, block),
+                           (xtpu::nn::embedding<seq, dim, bf16>, pos),
+                           (xtpu::nn::lora_transformer_block<dim, heads, Rank, ffn, bf16>, block),
                            (xtpu::nn::layer_norm_module<dim, bf16>, norm), (xtpu::nn::linear<dim, vocab, bf16>, head));
 
   template <std::size_t B>
   logits_t<B> operator()(const ids_t<B>& ids) const {
     const tensor<bf16, B, seq, dim> h = tok(ids) + pos(xtpu::iota<std::int32_t, seq>());
-    const tensor<bf16, B, seq, dim> z = norm(block(h));
+    const tensor<bf16, B, seq, dim> z = norm(block(h, xtpu::nn::causal));
     return xtpu::matmul<xtpu::precision::default_, float>(z, xtpu::transpose(head.weight)) + head.bias;
   }
 };
@@ -108,29 +91,15 @@ student_model<Rank> student_of(const teacher_model& t, std::uint64_t seed, float
   auto s = xtpu::nn::init<student_model<Rank>>(seed);
   s.tok.weight = xtpu::detach(t.tok.weight);
   s.pos.weight = xtpu::detach(t.pos.weight);
-  s.block.self_attn.base.in_proj_weight = xtpu::detach(t.block.self_attn.in_proj_weight);
-  s.block.self_attn.base.in_proj_bias = xtpu::detach(t.block.self_attn.in_proj_bias);
-  s.block.self_attn.base.out_proj.weight = xtpu::detach(t.block.self_attn.out_proj.weight);
-  s.block.self_attn.base.out_proj.bias = xtpu::detach(t.block.self_attn.out_proj.bias);
+  s.block.set_base(t.block);  // LoRA on q, v, linear1 and linear2 (the block's own adapters)
   s.block.linear1.base.weight = xtpu::detach(pruned(t.block.linear1.weight, prune));
-  s.block.linear1.base.bias = xtpu::detach(t.block.linear1.bias);
   s.block.linear2.base.weight = xtpu::detach(pruned(t.block.linear2.weight, prune));
-  s.block.linear2.base.bias = xtpu::detach(t.block.linear2.bias);
-  s.block.norm1.weight = xtpu::detach(t.block.norm1.weight);
-  s.block.norm1.bias = xtpu::detach(t.block.norm1.bias);
-  s.block.norm2.weight = xtpu::detach(t.block.norm2.weight);
-  s.block.norm2.bias = xtpu::detach(t.block.norm2.bias);
   s.norm.weight = xtpu::detach(t.norm.weight);
   s.norm.bias = xtpu::detach(t.norm.bias);
   s.head.weight = xtpu::detach(t.head.weight);
   s.head.bias = xtpu::detach(t.head.bias);
-  xtpu::nn::requires_grad(s, false);
-  xtpu::nn::requires_grad(s.block.self_attn.q, true);  // the adapters alone train
-  xtpu::nn::requires_grad(s.block.self_attn.v, true);
-  xtpu::nn::requires_grad(s.block.linear1.lora_A, true);
-  xtpu::nn::requires_grad(s.block.linear1.lora_B, true);
-  xtpu::nn::requires_grad(s.block.linear2.lora_A, true);
-  xtpu::nn::requires_grad(s.block.linear2.lora_B, true);
+  xtpu::nn::mark_only_lora_as_trainable(s);  // the adapters alone train
+  xtpu::nn::eval(s);                         // and without dropout
   return s;
 }
 

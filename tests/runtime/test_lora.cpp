@@ -2,6 +2,7 @@
 // adapter's gradients against float64, alpha a run-time scalar (no recompile), training moves
 // the adapter alone, and the merged weight gives the layer's output. nn::lora_attention: the
 // same for adapters on attention's q and v projections, against a float64 attention.
+// nn::lora_transformer_block: a trained block as its base, training and the merged block.
 #include "attention_ref.hpp"
 #include "grad_check.hpp"
 
@@ -279,6 +280,96 @@ TEST(LoraAttention, ABf16ModulesMergeInF32) {
   vec rounded = want;
   for (double& x : rounded) x = static_cast<float>(xtpu::bf16(static_cast<float>(x)));
   EXPECT_FALSE(all_near(got, rounded, 1e-6, 1e-6)) << "the f32 merge is not rounded to bf16";
+}
+
+// nn::lora_transformer_block: transformer_block's names with the adapters', only the adapters
+// train, on a trained block it is that block bit for bit, and its merged block agrees with it
+// after training.
+constexpr std::size_t BD = 8, BH = 2, BF = 12, BS = 5;
+struct block_teacher {
+  BOOST_HANA_DEFINE_STRUCT(block_teacher, (xtpu::nn::transformer_block<BD, BH, BF, float, precision::highest>, block));
+};
+struct block_student {
+  BOOST_HANA_DEFINE_STRUCT(block_student, (xtpu::nn::lora_transformer_block<BD, BH, R, BF, float, precision::highest>, block));
+};
+
+template <class T, std::size_t... E>
+void draw(xtpu::nn::parameter<T, E...>& p, std::uint64_t seed) {
+  p = xtpu::random::uniform<T, E...>(seed, -0.5f, 0.5f);
+}
+
+/// A block whose every parameter is drawn (norms and biases too: nothing at its init value).
+block_teacher trained_teacher(std::uint64_t seed) {
+  block_teacher t = xtpu::nn::init<block_teacher>(seed);
+  std::uint64_t k = 100 * seed;
+  xtpu::nn::for_each_parameter(t, [&](const std::string&, auto& p) { draw(p, ++k); });
+  return t;
+}
+
+TEST(LoraBlock, NamesAndOnlyTheAdaptersTrain) {
+  EXPECT_EQ(xtpu::nn::parameter_names<block_student>(),
+            (std::vector<std::string>{
+                "block.self_attn.base.in_proj_weight", "block.self_attn.base.in_proj_bias", "block.self_attn.base.out_proj.weight",
+                "block.self_attn.base.out_proj.bias", "block.self_attn.q.lora_A", "block.self_attn.q.lora_B",
+                "block.self_attn.v.lora_A", "block.self_attn.v.lora_B", "block.linear1.base.weight", "block.linear1.base.bias",
+                "block.linear1.lora_A", "block.linear1.lora_B", "block.linear2.base.weight", "block.linear2.base.bias",
+                "block.linear2.lora_A", "block.linear2.lora_B", "block.norm1.weight", "block.norm1.bias", "block.norm2.weight",
+                "block.norm2.bias"}));
+  static_assert(xtpu::nn::parameter_count_v<block_student> ==
+                xtpu::nn::parameter_count_v<block_teacher> + 2 * (R * BD + BD * R) + (R * BD + BF * R) + (R * BF + BD * R));
+  block_student m = xtpu::nn::init<block_student>(1);
+  const auto adapters_alone = [&] {
+    int trainable = 0;
+    xtpu::nn::for_each_parameter(m, [&](const std::string& name, auto& p) {
+      EXPECT_EQ(p.requires_grad(), name.find("lora_") != std::string::npos) << name;
+      trainable += p.requires_grad();
+    });
+    EXPECT_EQ(trainable, 8);
+  };
+  adapters_alone();  // by init
+  xtpu::nn::requires_grad(m, true);
+  xtpu::nn::mark_only_lora_as_trainable(m);
+  adapters_alone();
+}
+
+TEST(LoraBlock, OnATrainedBlockItIsThatBlockBitForBit) {
+  block_teacher t = trained_teacher(2);
+  t.block.dropout1.p = 0.25f;
+  block_student s = xtpu::nn::init<block_student>(3);
+  s.block.set_base(t.block);
+  EXPECT_EQ(s.block.dropout1.p, 0.25f);
+  EXPECT_EQ(s.block.self_attn.base.dropout.p, t.block.self_attn.dropout.p);
+  EXPECT_FALSE(s.block.norm1.weight.requires_grad());  // set_base keeps the base frozen
+  xtpu::nn::eval(t);
+  xtpu::nn::eval(s);
+  const auto x = device<float, B, BS, BD>(values(B * BS * BD, 4));
+  const tensor<float, B, BS, BD> yt = t.block(x, xtpu::nn::causal), ys = s.block(x, xtpu::nn::causal);
+  const tensor<float, B, BS, BD> pt = t.block(x), ps = s.block(x);
+  xtpu::mark_step();
+  EXPECT_EQ(host(ys), host(yt));  // fresh adapters add exact zeros
+  EXPECT_EQ(host(ps), host(pt));
+}
+
+TEST(LoraBlock, TrainingMovesTheAdaptersAloneAndTheMergedBlockAgrees) {
+  const block_teacher t = trained_teacher(5);
+  block_student s = xtpu::nn::init<block_student>(6);
+  s.block.set_base(t.block);
+  xtpu::nn::eval(s);  // no dropout: the merged block is compared with it
+  const auto x = device<float, B, BS, BD>(values(B * BS * BD, 7));
+  const auto target = device<float, B, BS, BD>(values(B * BS * BD, 8));
+  float alpha = 0;
+  expect_training_without_recompiles(s, alpha, [&] { s.block.set_alpha(alpha); return s.block(x, xtpu::nn::causal); }, target, 30);
+  EXPECT_EQ(s.block.linear1.alpha, 4.0f);
+  EXPECT_EQ(host(s.block.linear1.base.weight), host(t.block.linear1.weight));  // frozen: not even weight decay
+  EXPECT_EQ(host(s.block.norm2.weight), host(t.block.norm2.weight));
+  for (const auto* b : {&s.block.self_attn.q.lora_B, &s.block.self_attn.v.lora_B}) EXPECT_NE(host(*b), vec(BD * R, 0.0));
+  EXPECT_NE(host(s.block.linear2.lora_B), vec(BD * R, 0.0));
+  auto merged = s.block.merged();
+  xtpu::nn::eval(merged);
+  const tensor<float, B, BS, BD> y = s.block(x, xtpu::nn::causal), y_merged = merged(x, xtpu::nn::causal);
+  xtpu::mark_step();
+  EXPECT_TRUE(all_near(host(y_merged), host(y), 1e-5, 1e-6));
+  EXPECT_FALSE(all_near(host(y_merged), host(t.block(x, xtpu::nn::causal)), 1e-5, 1e-6)) << "training changed the block";
 }
 
 }  // namespace

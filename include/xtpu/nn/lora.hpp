@@ -24,13 +24,26 @@
 //   in_proj_weight of the merged module (rows [0, D) + B_q A_q · alpha / Rank, [2 D, 3 D) +
 //   B_v A_v · alpha / Rank), with the precision and type arguments of merged_weight. Names:
 //   "base.in_proj_weight", ..., "q.lora_A", "q.lora_B", "v.lora_A", "v.lora_B".
-// Shape rule: x (..., In) -> (..., Out), as linear; lora_attention as multihead_attention.
+// lora_transformer_block<D, Heads, Rank, Ffn = 4 D, T = float, Prec = precision::default_>:
+//   transformer_block's layer and names with self_attn a lora_attention and linear1, linear2
+//   lora_linears (PEFT's target_modules ["q_proj", "v_proj", "linear1", "linear2"]); its norms
+//   frozen by init as well, so that the adapters alone train. set_base(block) takes a trained
+//   transformer_block's weights (and dropout rates) as its frozen base, leaving the adapters as
+//   they are: with fresh adapters the layer is that block, bit for bit. set_alpha(a) sets the
+//   three modules' alpha. merged<P>() is the plain transformer_block with the merged weights
+//   (PEFT's merge_and_unload), B A at precision P.
+// mark_only_lora_as_trainable(model) (loralib's name): every parameter of model frozen but the
+//   adapters' (names ending in lora_A or lora_B).
+// Shape rule: x (..., In) -> (..., Out), as linear; lora_attention as multihead_attention;
+// lora_transformer_block as transformer_block.
 // Errors: those of matmul (E301 when x's last extent is not In) and of multihead_attention
 // (E114, E116); Rank 0 is E105 (a zero extent).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
+#include <string>
+#include <type_traits>
 
 #include "xtpu/nn/attention.hpp"
 #include "xtpu/nn/linear.hpp"
@@ -43,6 +56,27 @@ void reset_lora_pair(nn::seeds& s, nn::parameter<T, Rank, In>& a, nn::parameter<
   const float bound = 1.0f / std::sqrt(static_cast<float>(In));
   a = random::uniform<T, Rank, In>(s.next(), -bound, bound);
   b = zeros<T, Out, Rank>();
+}
+
+/// alpha / Rank, the scaling of a pair's path.
+template <std::size_t Rank>
+float lora_scale(float alpha) noexcept {
+  return alpha / static_cast<float>(Rank);
+}
+
+/// A pair's path, the one place it is written: x (..., In) -> (x Aᵀ) Bᵀ · scale (..., Out), x Aᵀ
+/// a tensor (..., Rank) of its own (the product through Rank is not recomputed per column).
+template <precision Prec, class X, class A, class B>
+auto lora_path(const X& x, const A& a, const B& b, float scale) {
+  auto low = as_tensor(matmul<Prec>(x, transpose(a)));  // (..., Rank)
+  return matmul<Prec>(std::move(low), transpose(b)) * scale;
+}
+
+/// A pair's merged delta B A · scale (Out, In) at precision P, of element type R.
+template <precision P, class R, class A, class B>
+auto lora_delta(const A& a, const B& b, float scale) {
+  if constexpr (std::is_same_v<R, typename A::value_type>) return matmul<P>(b, a) * scale;
+  else return matmul<P, R>(b, a) * scale;
 }
 }  // namespace xtpu::detail
 
@@ -59,17 +93,16 @@ struct lora_linear {
   template <class X>
   auto operator()(const X& x, xtpu::source_location caller = xtpu::source_location::current()) const {
     const detail::site_scope site(caller);
-    const auto low = detail::as_tensor(matmul<Prec>(x, transpose(lora_A)));  // (..., Rank)
-    return detail::as_tensor(base(x) + matmul<Prec>(low, transpose(lora_B)) * (alpha / static_cast<float>(Rank)));
+    return detail::as_tensor(base(x) + detail::lora_path<Prec>(x, lora_A, lora_B, detail::lora_scale<Rank>(alpha)));
   }
 
   /// W + B A · alpha / Rank: (Out, In), the weight a merged linear would have, of element type
   /// R; B A at precision P.
   template <precision P = Prec, class R = T>
   auto merged_weight() const {
-    const float scale = alpha / static_cast<float>(Rank);
-    if constexpr (std::is_same_v<R, T>) return base.weight + matmul<P>(lora_B, lora_A) * scale;
-    else return cast<R>(base.weight) + matmul<P, R>(lora_B, lora_A) * scale;
+    const auto delta = detail::lora_delta<P, R>(lora_A, lora_B, detail::lora_scale<Rank>(alpha));
+    if constexpr (std::is_same_v<R, T>) return base.weight + delta;
+    else return cast<R>(base.weight) + delta;
   }
 
   /// After base's own init: A as a linear's weight, B zeros, base frozen.
@@ -105,8 +138,8 @@ struct lora_attention : detail::attention_calls<lora_attention<D, Heads, Rank, T
   /// merged module's, of element type R; B A at precision P.
   template <precision P = Prec, class R = T>
   auto merged_in_proj_weight() const {
-    const float scale = alpha / static_cast<float>(Rank);
-    const auto delta = [&](const adapter_type& a) { return matmul<P, R>(a.lora_B, a.lora_A) * scale; };  // (D, D)
+    const float scale = detail::lora_scale<Rank>(alpha);
+    const auto delta = [&](const adapter_type& a) { return detail::lora_delta<P, R>(a.lora_A, a.lora_B, scale); };  // (D, D)
     return cast<R>(base.in_proj_weight) + concat<0>(delta(q), zeros<R, D, D>(), delta(v));
   }
 
@@ -123,8 +156,7 @@ struct lora_attention : detail::attention_calls<lora_attention<D, Heads, Rank, T
         return projected;
       } else {
         const adapter_type& a = Part == 0 ? m.q : m.v;
-        auto low = detail::as_tensor(matmul<Prec>(src, transpose(a.lora_A)));  // (..., Rank)
-        return std::move(projected) + matmul<Prec>(std::move(low), transpose(a.lora_B)) * (m.alpha / static_cast<float>(Rank));
+        return std::move(projected) + detail::lora_path<Prec>(src, a.lora_A, a.lora_B, detail::lora_scale<Rank>(m.alpha));
       }
     }
   };
@@ -133,5 +165,88 @@ struct lora_attention : detail::attention_calls<lora_attention<D, Heads, Rank, T
     return base.attend(x, memory, mask, projections{*this});
   }
 };
+
+/// A pre-norm transformer encoder layer with LoRA on its attention's q and v and on its
+/// feed-forward layers: transformer_block's layer and names (see the top of this file).
+template <std::size_t D, std::size_t Heads, std::size_t Rank, std::size_t Ffn = 4 * D, class T = float,
+          precision Prec = precision::default_>
+struct lora_transformer_block : detail::self_attention_calls<lora_transformer_block<D, Heads, Rank, Ffn, T, Prec>, D, Heads> {
+  using block_type = transformer_block<D, Heads, Ffn, T, Prec>;
+  BOOST_HANA_DEFINE_STRUCT(lora_transformer_block, (lora_attention<D, Heads, Rank, T, Prec>, self_attn),
+                           (lora_linear<D, Ffn, Rank, T, Prec>, linear1), (dropout_module, dropout),
+                           (lora_linear<Ffn, D, Rank, T, Prec>, linear2), (layer_norm_module<D, T>, norm1),
+                           (layer_norm_module<D, T>, norm2), (dropout_module, dropout1), (dropout_module, dropout2));
+
+  lora_transformer_block() { self_attn.base.dropout.p = dropout.p = dropout1.p = dropout2.p = detail::block_dropout_p; }
+
+  /// After the members' own init (their bases frozen): the norms frozen too.
+  void reset_parameters(seeds&) {
+    nn::requires_grad(norm1, false);
+    nn::requires_grad(norm2, false);
+  }
+
+  /// b's weights, detached, as the frozen base, and b's dropout rates; the adapters and alpha
+  /// stay as they are.
+  void set_base(const block_type& b) {
+    auto& a = self_attn.base;
+    a.in_proj_weight = detach(b.self_attn.in_proj_weight);
+    a.in_proj_bias = detach(b.self_attn.in_proj_bias);
+    a.out_proj.weight = detach(b.self_attn.out_proj.weight);
+    a.out_proj.bias = detach(b.self_attn.out_proj.bias);
+    linear1.base.weight = detach(b.linear1.weight);
+    linear1.base.bias = detach(b.linear1.bias);
+    linear2.base.weight = detach(b.linear2.weight);
+    linear2.base.bias = detach(b.linear2.bias);
+    norm1.weight = detach(b.norm1.weight);
+    norm1.bias = detach(b.norm1.bias);
+    norm2.weight = detach(b.norm2.weight);
+    norm2.bias = detach(b.norm2.bias);
+    a.dropout.p = b.self_attn.dropout.p;
+    dropout.p = b.dropout.p;
+    dropout1.p = b.dropout1.p;
+    dropout2.p = b.dropout2.p;
+  }
+
+  /// One alpha for the three modules (PEFT's lora_alpha): a run-time scalar.
+  void set_alpha(float alpha) { self_attn.alpha = linear1.alpha = linear2.alpha = alpha; }
+
+  /// The plain block with the merged weights and this block's dropout rates (PEFT's
+  /// merge_and_unload); B A at precision P.
+  template <precision P = Prec>
+  block_type merged() const {
+    block_type b;
+    b.self_attn.in_proj_weight = detach(self_attn.template merged_in_proj_weight<P, T>());
+    b.self_attn.in_proj_bias = detach(self_attn.base.in_proj_bias);
+    b.self_attn.out_proj.weight = detach(self_attn.base.out_proj.weight);
+    b.self_attn.out_proj.bias = detach(self_attn.base.out_proj.bias);
+    b.linear1.weight = detach(linear1.template merged_weight<P, T>());
+    b.linear1.bias = detach(linear1.base.bias);
+    b.linear2.weight = detach(linear2.template merged_weight<P, T>());
+    b.linear2.bias = detach(linear2.base.bias);
+    b.norm1.weight = detach(norm1.weight);
+    b.norm1.bias = detach(norm1.bias);
+    b.norm2.weight = detach(norm2.weight);
+    b.norm2.bias = detach(norm2.bias);
+    b.self_attn.dropout.p = self_attn.base.dropout.p;
+    b.dropout.p = dropout.p;
+    b.dropout1.p = dropout1.p;
+    b.dropout2.p = dropout2.p;
+    return b;
+  }
+
+ private:
+  friend detail::self_attention_calls<lora_transformer_block, D, Heads>;
+  template <class X, class... Masks>
+  auto run(const X& x, const Masks&... masks) const {
+    const auto h = detail::attention_residual(x, norm1, self_attn, dropout1, masks...);
+    return detail::feed_forward(h, norm2, linear1, dropout, linear2, dropout2);
+  }
+};
+
+/// Freezes every parameter of model but the LoRA adapters' (names ending in lora_A or lora_B).
+template <class M>
+void mark_only_lora_as_trainable(M& model) {
+  for_each_parameter(model, [](const std::string& name, auto& p) { p.requires_grad(name.ends_with("lora_A") || name.ends_with("lora_B")); });
+}
 
 }  // namespace xtpu::nn
