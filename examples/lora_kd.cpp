@@ -12,9 +12,10 @@
 // batch of 16, the teacher's). Held-out perplexity of the teacher, the pruned student and the
 // recovered one; then seed 001's "Memory Guide" for a few LoRA ranks and micro-batch sizes,
 // measured from the emulated HBM accounting of one accumulation cycle on a v6e chip.
-// Self-checking: exits non-zero unless the recovered student closes at least half of the
-// perplexity gap the pruning opened and nothing compiles after the first two accumulation
-// cycles.
+// Then the adapters merged into a plain block (merged(): PEFT's merge_and_unload) in the
+// teacher's model type. Self-checking: exits non-zero unless the recovered student closes at
+// least half of the perplexity gap the pruning opened, nothing compiles after the first two
+// accumulation cycles and the merged model's perplexity is the student's within 0.05.
 // Usage: lora_kd [--teacher FILE] [--steps N] [--teacher-steps N] [--lr LR] [--temperature T] [--prune F] [--seed S]
 #include <xtpu/xtpu.hpp>
 #include <xtpu/io/checkpoint.hpp>  // io::load of the teacher (not in xtpu.hpp: it parses JSON)
@@ -247,6 +248,21 @@ int main(int argc, char** argv) {
               ppl_pruned, ppl_recovered, recovered ? "more than half the gap closed" : "NOT recovered");
   std::printf("lora_kd: compiles after the first two optimizer steps: %s\n", compiled_once ? "none" : "SOME");
 
+  // ---- deployed: the adapters merged into a plain block, in the teacher's model type (PEFT's merge_and_unload) ----
+  teacher_model deployed = xtpu::nn::init<teacher_model>(0);
+  deployed.tok.weight = xtpu::detach(student.tok.weight);
+  deployed.pos.weight = xtpu::detach(student.pos.weight);
+  deployed.block = student.block.merged();
+  deployed.norm.weight = xtpu::detach(student.norm.weight);
+  deployed.norm.bias = xtpu::detach(student.norm.bias);
+  deployed.head.weight = xtpu::detach(student.head.weight);
+  deployed.head.bias = xtpu::detach(student.head.bias);
+  xtpu::nn::eval(deployed);
+  const double ppl_merged = perplexity(deployed, eval_loader);
+  const bool merged_agrees = std::abs(ppl_merged - ppl_recovered) < 0.05;  // (bf16 weights: the merge rounds once more)
+  std::printf("lora_kd: merged into a plain transformer_block: held-out perplexity %.2f (%s)\n", ppl_merged,
+              merged_agrees ? "as the student's" : "DIFFERS");
+
   // ---- seed 001's memory guide, measured on the emulated v6e (32 GiB of HBM) ----
   const memory_row rows[] = {measure<rank, micro>(0, train, temperature), measure<16, micro>(1, train, temperature),
                              measure<rank, 16>(2, train, temperature)};
@@ -255,5 +271,5 @@ int main(int argc, char** argv) {
   for (const auto& r : rows)
     std::printf("| char_lm + LoRA r=%zu | %zu | %zu | %zu | %.2f MiB |\n", r.rank, r.micro, seq, r.accum,
                 static_cast<double>(r.peak) / (1 << 20));
-  return recovered && compiled_once ? 0 : 1;
+  return recovered && compiled_once && merged_agrees ? 0 : 1;
 }

@@ -332,44 +332,67 @@ TEST(LoraBlock, NamesAndOnlyTheAdaptersTrain) {
   adapters_alone();
 }
 
+// set_base takes the block's weights and the rest it holds: the norms' eps, the dropouts'
+// rates, modes and seed streams — so in training mode too the two draw the same masks.
 TEST(LoraBlock, OnATrainedBlockItIsThatBlockBitForBit) {
   block_teacher t = trained_teacher(2);
+  t.block.dropout.p = 0.2f;
   t.block.dropout1.p = 0.25f;
+  t.block.dropout2.p = 0.3f;
+  t.block.self_attn.dropout.p = 0.35f;
+  t.block.norm1.eps = 1e-3f;
+  t.block.norm2.eps = 1e-2f;
   block_student s = xtpu::nn::init<block_student>(3);
   s.block.set_base(t.block);
+  EXPECT_EQ(s.block.dropout.p, 0.2f);
   EXPECT_EQ(s.block.dropout1.p, 0.25f);
-  EXPECT_EQ(s.block.self_attn.base.dropout.p, t.block.self_attn.dropout.p);
+  EXPECT_EQ(s.block.dropout2.p, 0.3f);
+  EXPECT_EQ(s.block.self_attn.base.dropout.p, 0.35f);
+  EXPECT_EQ(s.block.norm1.eps, 1e-3f);
+  EXPECT_EQ(s.block.norm2.eps, 1e-2f);
   EXPECT_FALSE(s.block.norm1.weight.requires_grad());  // set_base keeps the base frozen
+  const auto x = device<float, B, BS, BD>(values(B * BS * BD, 4));
+  const tensor<float, B, BS, BD> dt = t.block(x, xtpu::nn::causal), ds = s.block(x, xtpu::nn::causal);  // dropout on
   xtpu::nn::eval(t);
   xtpu::nn::eval(s);
-  const auto x = device<float, B, BS, BD>(values(B * BS * BD, 4));
   const tensor<float, B, BS, BD> yt = t.block(x, xtpu::nn::causal), ys = s.block(x, xtpu::nn::causal);
   const tensor<float, B, BS, BD> pt = t.block(x), ps = s.block(x);
   xtpu::mark_step();
-  EXPECT_EQ(host(ys), host(yt));  // fresh adapters add exact zeros
+  EXPECT_EQ(host(ds), host(dt));  // fresh adapters add exact zeros; the same masks
+  EXPECT_EQ(host(ys), host(yt));
   EXPECT_EQ(host(ps), host(pt));
+  EXPECT_NE(host(dt), host(yt)) << "the dropouts dropped";
 }
 
 TEST(LoraBlock, TrainingMovesTheAdaptersAloneAndTheMergedBlockAgrees) {
   const block_teacher t = trained_teacher(5);
   block_student s = xtpu::nn::init<block_student>(6);
   s.block.set_base(t.block);
+  s.block.norm2.eps = 1e-3f;
   xtpu::nn::eval(s);  // no dropout: the merged block is compared with it
   const auto x = device<float, B, BS, BD>(values(B * BS * BD, 7));
   const auto target = device<float, B, BS, BD>(values(B * BS * BD, 8));
+  const tensor<float, B, BS, BD> before = s.block(x, xtpu::nn::causal);
+  xtpu::mark_step();
+  const vec y0 = host(before);
   float alpha = 0;
   expect_training_without_recompiles(s, alpha, [&] { s.block.set_alpha(alpha); return s.block(x, xtpu::nn::causal); }, target, 30);
   EXPECT_EQ(s.block.linear1.alpha, 4.0f);
+  EXPECT_EQ(s.block.self_attn.alpha, 4.0f);
   EXPECT_EQ(host(s.block.linear1.base.weight), host(t.block.linear1.weight));  // frozen: not even weight decay
   EXPECT_EQ(host(s.block.norm2.weight), host(t.block.norm2.weight));
   for (const auto* b : {&s.block.self_attn.q.lora_B, &s.block.self_attn.v.lora_B}) EXPECT_NE(host(*b), vec(BD * R, 0.0));
+  EXPECT_NE(host(s.block.linear1.lora_B), vec(BF * R, 0.0));
   EXPECT_NE(host(s.block.linear2.lora_B), vec(BD * R, 0.0));
   auto merged = s.block.merged();
-  xtpu::nn::eval(merged);
+  EXPECT_FALSE(merged.dropout1.training);  // the student's modules, in eval
+  EXPECT_FALSE(merged.self_attn.dropout.training);
+  EXPECT_EQ(merged.norm2.eps, 1e-3f);
+  EXPECT_TRUE(merged.linear1.weight.requires_grad());  // a new, plain block
   const tensor<float, B, BS, BD> y = s.block(x, xtpu::nn::causal), y_merged = merged(x, xtpu::nn::causal);
   xtpu::mark_step();
   EXPECT_TRUE(all_near(host(y_merged), host(y), 1e-5, 1e-6));
-  EXPECT_FALSE(all_near(host(y_merged), host(t.block(x, xtpu::nn::causal)), 1e-5, 1e-6)) << "training changed the block";
+  EXPECT_FALSE(all_near(host(y), y0, 1e-5, 1e-6)) << "training changed the block";
 }
 
 }  // namespace

@@ -28,10 +28,12 @@
 //   transformer_block's layer and names with self_attn a lora_attention and linear1, linear2
 //   lora_linears (PEFT's target_modules ["q_proj", "v_proj", "linear1", "linear2"]); its norms
 //   frozen by init as well, so that the adapters alone train. set_base(block) takes a trained
-//   transformer_block's weights (and dropout rates) as its frozen base, leaving the adapters as
-//   they are: with fresh adapters the layer is that block, bit for bit. set_alpha(a) sets the
-//   three modules' alpha. merged<P>() is the plain transformer_block with the merged weights
-//   (PEFT's merge_and_unload), B A at precision P.
+//   transformer_block's weights as its frozen base, and its norms' eps and dropout modules
+//   (rate, mode, seed stream), leaving the adapters as they are: with fresh adapters the layer
+//   is that block, bit for bit, in training mode too. set_alpha(a) sets the three modules'
+//   alpha. merged<P>() is the plain transformer_block with the merged weights (PEFT's
+//   merge_and_unload; new parameters, trainable), the same eps and dropout modules, B A at
+//   precision P (of a bf16 block: B A rounded to bf16, then added, as PEFT does).
 // mark_only_lora_as_trainable(model) (loralib's name): every parameter of model frozen but the
 //   adapters' (names ending in lora_A or lora_B).
 // Shape rule: x (..., In) -> (..., Out), as linear; lora_attention as multihead_attention;
@@ -185,8 +187,8 @@ struct lora_transformer_block : detail::self_attention_calls<lora_transformer_bl
     nn::requires_grad(norm2, false);
   }
 
-  /// b's weights, detached, as the frozen base, and b's dropout rates; the adapters and alpha
-  /// stay as they are.
+  /// b's weights, detached, as the frozen base, and what else b holds (the norms' eps, the
+  /// dropout modules: rate, mode and seed stream); the adapters and alpha stay as they are.
   void set_base(const block_type& b) {
     auto& a = self_attn.base;
     a.in_proj_weight = detach(b.self_attn.in_proj_weight);
@@ -201,17 +203,15 @@ struct lora_transformer_block : detail::self_attention_calls<lora_transformer_bl
     norm1.bias = detach(b.norm1.bias);
     norm2.weight = detach(b.norm2.weight);
     norm2.bias = detach(b.norm2.bias);
-    a.dropout.p = b.self_attn.dropout.p;
-    dropout.p = b.dropout.p;
-    dropout1.p = b.dropout1.p;
-    dropout2.p = b.dropout2.p;
+    copy_settings(b.self_attn.dropout, b, a.dropout, *this);
   }
 
   /// One alpha for the three modules (PEFT's lora_alpha): a run-time scalar.
   void set_alpha(float alpha) { self_attn.alpha = linear1.alpha = linear2.alpha = alpha; }
 
-  /// The plain block with the merged weights and this block's dropout rates (PEFT's
-  /// merge_and_unload); B A at precision P.
+  /// The plain block with the merged weights and what else this block holds (the norms' eps,
+  /// the dropout modules), PEFT's merge_and_unload; B A at precision P. Its parameters are
+  /// new ones, each trainable (requires_grad as any new parameter's).
   template <precision P = Prec>
   block_type merged() const {
     block_type b;
@@ -227,15 +227,23 @@ struct lora_transformer_block : detail::self_attention_calls<lora_transformer_bl
     b.norm1.bias = detach(norm1.bias);
     b.norm2.weight = detach(norm2.weight);
     b.norm2.bias = detach(norm2.bias);
-    b.self_attn.dropout.p = self_attn.base.dropout.p;
-    b.dropout.p = dropout.p;
-    b.dropout1.p = dropout1.p;
-    b.dropout2.p = dropout2.p;
+    copy_settings(self_attn.base.dropout, *this, b.self_attn.dropout, b);
     return b;
   }
 
  private:
   friend detail::self_attention_calls<lora_transformer_block, D, Heads>;
+  /// What a block holds beside its parameters, from one block to another: the norms' eps and
+  /// the dropout modules (rate, training mode and seed stream: the same masks drawn next).
+  template <class From, class To>
+  static void copy_settings(const dropout_module& from_attention, const From& from, dropout_module& to_attention, To& to) {
+    to_attention = from_attention;
+    to.dropout = from.dropout;
+    to.dropout1 = from.dropout1;
+    to.dropout2 = from.dropout2;
+    to.norm1.eps = from.norm1.eps;
+    to.norm2.eps = from.norm2.eps;
+  }
   template <class X, class... Masks>
   auto run(const X& x, const Masks&... masks) const {
     const auto h = detail::attention_residual(x, norm1, self_attn, dropout1, masks...);
