@@ -11,6 +11,7 @@ packages=(
   python-matplotlib-data                            # examples/csv_trends.cpp's table (a CSV file)
   python3                                           # the checkpoint test's independent safetensors peer
   libgtest-dev libbenchmark-dev                     # tests and benchmarks
+  libopenmpi-dev openmpi-bin                         # xtpu/dist/mpi.hpp's test and example (mpirun)
   libdnnl-dev libopenblas-dev libeigen3-dev          # the peers benchmarks/bench_matmul runs next to xtpu
   ocl-icd-opencl-dev opencl-c-headers                # what Debian's dnnl CMake config loads (only Recommended)
   "$@"                                              # extra packages a caller asks for

@@ -17,6 +17,7 @@ set(allowed_nn top shape dtype fingerprint expr device kernels eval metrics lazy
 set(allowed_optim top shape dtype fingerprint expr device kernels eval metrics lazy nn)
 set(allowed_data top shape dtype fingerprint expr device kernels eval metrics lazy)
 set(allowed_io top shape dtype fingerprint expr device kernels eval metrics lazy nn optim data)
+set(allowed_dist top shape dtype fingerprint expr device kernels eval metrics lazy nn optim)
 set(allowed_bench top shape dtype fingerprint expr device kernels eval metrics lazy)
 
 get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)

@@ -433,6 +433,11 @@ struct host_transfer {
   static tensor<T, Dims...> from(const T* src) {
     return tensor<T, Dims...>(device::current(), src, counters::get().to_device);
   }
+  /// t's value into dst (t's size of T), as to_host: a sync point, TransferFromDeviceTime.
+  template <class T, std::size_t... Dims>
+  static void into(const tensor<T, Dims...>& t, T* dst, const xtpu::source_location& where) {
+    t.read_into(dst, where);
+  }
 };
 
 /// Host data of a run-time shape must have exactly Shape: shape_error naming both otherwise.

@@ -40,6 +40,21 @@
 #include "xtpu/nn/module.hpp"
 #include "xtpu/optim/optimizer.hpp"
 
+namespace xtpu::detail {
+/// ((terms[0] + terms[1]) + ...) in rank order: the one order every collective sums in.
+template <class V>
+V sum_in_rank_order(const std::vector<V>& terms) {
+  V sum = terms[0];
+  for (std::size_t j = 1; j < terms.size(); ++j) sum = sum + terms[j];
+  return sum;
+}
+/// The replicas' mean of a gradient: their sum in rank order times 1/n.
+template <class V>
+V replica_mean(const std::vector<V>& terms) {
+  return sum_in_rank_order(terms) * (1.0f / static_cast<float>(terms.size()));
+}
+}  // namespace xtpu::detail
+
 namespace xtpu {
 
 class replica_group;
@@ -63,7 +78,7 @@ class replica_group {
     exchange(rank, {posted_item::of(t)}, [&](const posted_items& posted) {
       for (int j = 0; j < n_; ++j) terms.push_back(item<V>(posted, j, 0).to(device::current()));
     });
-    return sum_in_rank_order(terms);
+    return detail::sum_in_rank_order(terms);
   }
 
  private:
@@ -112,13 +127,6 @@ class replica_group {
   static const V& item(const posted_items& posted, int j, std::size_t i) {
     return *static_cast<const V*>(posted[static_cast<std::size_t>(j)][i].value);
   }
-  /// ((terms[0] + terms[1]) + ...) in rank order.
-  template <class V>
-  static V sum_in_rank_order(const std::vector<V>& terms) {
-    V sum = terms[0];
-    for (std::size_t j = 1; j < terms.size(); ++j) sum = sum + terms[j];
-    return sum;
-  }
 
   static int checked_size(int n) {
     if (n < 1) throw error("xtpu: replica_group(" + std::to_string(n) + "): a group needs at least one replica");
@@ -165,7 +173,6 @@ void reduce_gradients(Model& model, replica_group& group, int rank) {
     if (p.requires_grad()) mine.push_back(item_t::of(p, p.has_grad()));
   });
   std::vector<std::function<void()>> set;  // after the exchange: the others read our gradients until then
-  const float inverse = 1.0f / static_cast<float>(group.size());
   group.exchange(rank, std::move(mine), [&](const replica_group::posted_items& posted) {
     std::size_t i = 0;
     nn::for_each_parameter(model, [&](const std::string&, auto& p) {
@@ -177,7 +184,7 @@ void reduce_gradients(Model& model, replica_group& group, int rank) {
         std::vector<typename P::tensor_type> terms;
         for (int j = 0; j < group.size(); ++j)
           terms.push_back(replica_group::item<P>(posted, j, i).grad().to(device::current()));  // (grad(): zeros if none)
-        typename P::tensor_type mean = replica_group::sum_in_rank_order(terms) * inverse;
+        typename P::tensor_type mean = detail::replica_mean(terms);
         set.push_back([&p, mean] { p.set_grad(mean); });
       }
       ++i;

@@ -1,0 +1,237 @@
+// xtpu/dist/mpi.hpp — data parallel across processes with MPI (Open MPI): one process per
+// replica, each with its own emulated chip and its own copy of the model (torch_xla's
+// multi-process data parallel, xmp.spawn, with mpirun starting the processes).
+//
+// Provides: xtpu::mpi_session(argc, argv) — MPI_Init for the program's lifetime and
+// MPI_Finalize after (nothing when MPI is initialised already); xtpu::mpi_group(comm =
+// MPI_COMM_WORLD) — the processes of comm as replicas, rank() and size() as MPI's;
+// group.all_reduce(t), xtpu::reduce_gradients(model, group) and xtpu::optimizer_step(opt, group)
+// as replica_group's (optim/replicas.hpp), the rank being the process's: the same sum in rank
+// order (((t0 + t1) + t2) + ...), a mean that sum times 1/n, a parameter no rank's backward
+// reached left without a gradient — so the same bits on every rank, and the bits
+// replica_group gives for the same values.
+// Each call is a collective: every process of the group calls it with tensors of the same types
+// in the same order. A call ends the caller's step (mark_step), compares the ranks' counts and
+// types (one MPI_Allgather each), copies every tensor to the host (TransferFromDeviceTime),
+// gathers every rank's bytes on every rank (one MPI_Allgather for all of them), uploads the
+// values (TransferToDeviceTime) and records the sum outside the tape (no gradient flows through
+// it) in the caller's next step.
+// Shape rule: the result has t's type and shape.
+// Errors (xtpu::error): an mpi_group made before MPI is initialised; on every rank, ranks whose
+// tensors differ in number or, at some position, in type or shape (named); more than INT_MAX
+// bytes in one call. MPI's own errors go to its error handler (by default fatal: the job ends).
+// A call that throws on one rank before it gathers (what mark_step throws) leaves the others
+// waiting in it, as with any collective library.
+// Not in xtpu.hpp (it needs <mpi.h>): link MPI::MPI_CXX (CMake's FindMPI, COMPONENTS CXX), run under mpirun.
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+#include <vector>
+
+#include "xtpu/error.hpp"
+#include "xtpu/lazy/grad.hpp"
+#include "xtpu/lazy/tensor.hpp"
+#include "xtpu/nn/module.hpp"
+#include "xtpu/optim/optimizer.hpp"
+#include "xtpu/optim/replicas.hpp"
+
+namespace xtpu {
+
+/// MPI_Init for as long as it lives, MPI_Finalize after (if it made the first).
+class mpi_session {
+ public:
+  mpi_session(int& argc, char**& argv) {
+    int on = 0;
+    MPI_Initialized(&on);
+    if (!on) {
+      MPI_Init(&argc, &argv);
+      owns_ = true;
+    }
+  }
+  mpi_session(const mpi_session&) = delete;
+  mpi_session& operator=(const mpi_session&) = delete;
+  ~mpi_session() {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (owns_ && !done) MPI_Finalize();
+  }
+
+ private:
+  bool owns_ = false;
+};
+
+class mpi_group;
+template <class Model>
+void reduce_gradients(Model& model, mpi_group& group, xtpu::source_location where = xtpu::source_location::current());
+
+class mpi_group {
+ public:
+  explicit mpi_group(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
+    int on = 0;
+    MPI_Initialized(&on);
+    if (!on) throw error("xtpu: mpi_group: MPI is not initialised: make an xtpu::mpi_session(argc, argv) (or call MPI_Init) first");
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+
+  /// The sum over the ranks of their t, on the caller's device: the same bits on every rank.
+  // t (Dims...) on each rank -> (Dims...)
+  template <class T, std::size_t... Dims>
+  tensor<T, Dims...> all_reduce(const tensor<T, Dims...>& t, xtpu::source_location where = xtpu::source_location::current()) {
+    using V = tensor<T, Dims...>;
+    xtpu::mark_step();  // t's value: computed
+    payload_.assign(place<V>(0), std::byte{0});
+    detail::host_transfer::into(t, at<T>(payload_, 0), where);
+    exchange({item::of<V>(true)});
+    const no_grad untaped;  // a collective's sum is no op of the model's
+    return detail::sum_in_rank_order(terms<V>(0));
+  }
+
+ private:
+  template <class Model>
+  friend void reduce_gradients(Model& model, mpi_group& group, xtpu::source_location where);
+
+  /// What a rank says of one tensor: its type (a tensor's type is its element type and shape)
+  /// and whether it holds anything (a parameter's gradient).
+  struct item {
+    std::uint64_t type;
+    bool present;
+    template <class V>
+    static item of(bool present) {
+      return {type_code(typeid(V).name()), present};
+    }
+  };
+
+  /// FNV-1a of a type's name: the same program on every rank names its types alike.
+  static std::uint64_t type_code(std::string_view name) noexcept {
+    std::uint64_t h = 14695981039346656037ull;
+    for (const char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    return h;
+  }
+
+  /// A payload lays its tensors one after the other, each from a multiple of 64 bytes: the
+  /// end of a tensor of type V placed at `offset`.
+  template <class V>
+  static std::size_t place(std::size_t offset) noexcept {
+    return offset + (V::size * sizeof(typename V::value_type) + 63) / 64 * 64;
+  }
+  /// The T at `offset` of a payload buffer (storage MPI and memcpy fill: T's made there).
+  template <class T>
+  static T* at(std::vector<std::byte>& buffer, std::size_t offset) noexcept {
+    return reinterpret_cast<T*>(buffer.data() + offset);
+  }
+  /// Every rank's tensor of type V at `offset` of its payload, uploaded to the caller's device
+  /// (TransferToDeviceTime), in rank order.
+  template <class V, class T = typename V::value_type>
+  std::vector<V> terms(std::size_t offset) {
+    std::vector<V> out;
+    for (int j = 0; j < size_; ++j)
+      out.push_back(upload<V>(at<T>(gathered_, static_cast<std::size_t>(j) * payload_.size() + offset)));
+    return out;
+  }
+  template <class V, class T, std::size_t... Dims>
+  static V upload_as(const T* values, const tensor<T, Dims...>*) {
+    return detail::host_transfer::from<T, Dims...>(values);
+  }
+  template <class V>
+  static V upload(const typename V::value_type* values) {
+    return upload_as<V>(values, static_cast<const V*>(nullptr));
+  }
+  /// Whether rank j said item i (of m) holds a value.
+  bool present(int j, std::size_t i, std::size_t m) const noexcept { return present_[static_cast<std::size_t>(j) * m + i] != 0; }
+
+  /// After the ranks' items agree (else an error on every rank): every rank's presence flags
+  /// (present()) and payload_ (gathered_, rank j's at j * payload_.size()), on every rank.
+  void exchange(const std::vector<item>& items) {
+    const auto n = static_cast<std::size_t>(size_);
+    std::vector<std::uint64_t> counts(n);
+    const std::uint64_t mine = items.size();
+    MPI_Allgather(&mine, 1, MPI_UINT64_T, counts.data(), 1, MPI_UINT64_T, comm_);
+    for (std::size_t j = 0; j < n; ++j)
+      if (counts[j] != counts[0]) {
+        std::ostringstream os;
+        os << "xtpu: mpi_group: the ranks reduce different numbers of tensors (";
+        for (std::size_t k = 0; k < n; ++k) os << (k ? ", " : "") << "rank " << k << ": " << counts[k];
+        os << "): every rank must call with the same tensors, in the same order";
+        throw error(os.str());
+      }
+    const std::size_t m = items.size();
+    std::vector<std::uint64_t> types(m), all_types(m * n);
+    std::vector<std::uint8_t> flags(m);
+    for (std::size_t i = 0; i < m; ++i) types[i] = items[i].type, flags[i] = items[i].present;
+    if (m * n > INT_MAX || payload_.size() > INT_MAX)
+      throw error("xtpu: mpi_group: " + std::to_string(payload_.size()) + " bytes in one call: at most " +
+                  std::to_string(INT_MAX) + " (MPI counts are int)");
+    MPI_Allgather(types.data(), static_cast<int>(m), MPI_UINT64_T, all_types.data(), static_cast<int>(m), MPI_UINT64_T, comm_);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 1; j < n; ++j)
+        if (all_types[j * m + i] != all_types[i])
+          throw error("xtpu: mpi_group: rank " + std::to_string(j) + "'s tensor " + std::to_string(i) +
+                      " differs from rank 0's in type or shape: every rank must call with the same tensors, in the same order");
+    present_.resize(m * n);
+    gathered_.resize(payload_.size() * n);  // (kept between calls: no new pages for the next)
+    MPI_Allgather(flags.data(), static_cast<int>(m), MPI_UINT8_T, present_.data(), static_cast<int>(m), MPI_UINT8_T, comm_);
+    MPI_Allgather(payload_.data(), static_cast<int>(payload_.size()), MPI_BYTE, gathered_.data(),
+                  static_cast<int>(payload_.size()), MPI_BYTE, comm_);
+  }
+
+  std::vector<std::byte> payload_, gathered_;  // this rank's tensors; every rank's
+  std::vector<std::uint8_t> present_;
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+/// replica_group's reduce_gradients across processes (see the top of this file): one gather for
+/// the whole model.
+template <class Model>
+void reduce_gradients(Model& model, mpi_group& group, xtpu::source_location where) {
+  xtpu::mark_step();  // the gradients: computed
+  std::vector<mpi_group::item> items;
+  std::size_t end = 0;
+  nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+    using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
+    if (p.requires_grad()) items.push_back(mpi_group::item::of<V>(p.has_grad())), end = mpi_group::place<V>(end);
+  });
+  group.payload_.assign(end, std::byte{0});  // (a gradient no backward reached: zeros)
+  std::size_t offset = 0;
+  nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+    using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
+    if (!p.requires_grad()) return;
+    if (p.has_grad()) detail::host_transfer::into(p.grad(), mpi_group::at<typename V::value_type>(group.payload_, offset), where);
+    offset = mpi_group::place<V>(offset);
+  });
+  group.exchange(items);
+  const no_grad untaped;
+  std::size_t i = 0;
+  offset = 0;
+  nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+    using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
+    if (!p.requires_grad()) return;
+    bool reached = false;
+    for (int j = 0; j < group.size(); ++j) reached = reached || group.present(j, i, items.size());
+    if (reached) p.set_grad(detail::replica_mean(group.terms<V>(offset)));
+    ++i;
+    offset = mpi_group::place<V>(offset);
+  });
+}
+
+/// reduce_gradients over opt's model, then optimizer_step(opt): update and mark_step.
+template <class Optimizer>
+void optimizer_step(Optimizer& opt, mpi_group& group, xtpu::source_location where = xtpu::source_location::current()) {
+  reduce_gradients(opt.model(), group, where);
+  optimizer_step(opt, where);
+}
+
+}  // namespace xtpu
