@@ -8,6 +8,8 @@
 // and the least-squares problem is solved.
 #include <xtpu/xtpu.hpp>
 
+#include "least_squares.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <thread>
@@ -18,21 +20,7 @@ constexpr std::size_t B = 256, Half = B / 2, D = 64;
 constexpr int steps = 200;
 constexpr float lr = 4.0f;
 
-// x (B, D), y (B, 1) with y = x w_true exactly
-struct problem {
-  std::vector<float> x = std::vector<float>(B * D), y = std::vector<float>(B), w_true = std::vector<float>(D);
-  problem() {
-    std::uint32_t s = 12345;
-    auto next = [&] { return (s = s * 1664525u + 1013904223u) / 4294967296.0f - 0.5f; };
-    for (auto& v : w_true) v = next();
-    for (auto& v : x) v = next();
-    for (std::size_t r = 0; r < B; ++r) {
-      double acc = 0;
-      for (std::size_t k = 0; k < D; ++k) acc += double(x[r * D + k]) * w_true[k];
-      y[r] = float(acc);
-    }
-  }
-};
+using problem = least_squares<B, D>;
 
 template <std::size_t Rows>
 using batch = xtpu::tensor<float, Rows, D>;

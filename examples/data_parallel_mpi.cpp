@@ -8,6 +8,8 @@
 #include <xtpu/xtpu.hpp>
 #include <xtpu/dist/mpi.hpp>
 
+#include "least_squares.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,21 +19,7 @@ namespace {
 constexpr std::size_t B = 256, D = 32;
 constexpr int steps = 150;
 
-// x (B, D), y (B, 1) with y = x w_true + 0.5 exactly
-struct problem {
-  std::vector<float> x = std::vector<float>(B * D), y = std::vector<float>(B), w_true = std::vector<float>(D);
-  problem() {
-    std::uint32_t s = 12345;
-    auto next = [&] { return (s = s * 1664525u + 1013904223u) / 4294967296.0f - 0.5f; };
-    for (auto& v : w_true) v = next();
-    for (auto& v : x) v = next();
-    for (std::size_t r = 0; r < B; ++r) {
-      double acc = 0.5;
-      for (std::size_t k = 0; k < D; ++k) acc += double(x[r * D + k]) * w_true[k];
-      y[r] = float(acc);
-    }
-  }
-};
+using problem = least_squares<B, D>;
 
 // x (B, D) -> (B, 1), products at precision::highest (f32 operands as they are)
 struct model {
@@ -95,7 +83,7 @@ int run(xtpu::mpi_group& group, const problem& pb) {
 int main(int argc, char** argv) {
   const xtpu::mpi_session mpi(argc, argv);
   xtpu::mpi_group group;
-  const problem pb;
+  const problem pb(0.5);  // y = x w_true + 0.5
   switch (group.size()) {
     case 1: return run<1>(group, pb);
     case 2: return run<2>(group, pb);

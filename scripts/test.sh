@@ -23,8 +23,9 @@ threaded=$(sed -n 's/^set(xtpu_threaded_tests \(.*\))$/\1/p' tests/CMakeLists.tx
 # and TSan runs these once each
 tsan_once=$(sed -n 's/^set(xtpu_tsan_once_tests \(.*\))$/\1/p' tests/CMakeLists.txt | wc -w)
 # run-time tests + compile-fail twins (one ko per file, one ok for them all) + examples + the
-# cross-compiler, build-flag, package and layer-rule tests
-full=$((runtime + $(count tests/compile_fail '*.cpp') + 1 + $(count examples '*.cpp') + 4))
+# cross-compiler, build-flag, package and layer-rule tests + the MPI tests (2 and 3 ranks, and
+# the group made before MPI_Init)
+full=$((runtime + $(count tests/compile_fail '*.cpp') + 1 + $(count examples '*.cpp') + 4 + 3))
 
 run_preset() {  # preset, the fewest tests it must run, [a command to run ctest under]
   local preset=$1 floor=$2 wrap=${3:-} log="build/$1.ctest.log"

@@ -89,12 +89,28 @@ TEST(MpiGroup, AllReduceSumsInRankOrderWithReplicaGroupsBitsOnEveryRank) {
     for (std::size_t i = 0; i < N; ++i) other_order[i] = in[0][i] + (in[1][i] + in[2][i]);
     EXPECT_NE(other_order, want) << "the data tells the orders apart";
   }
-  // bf16: summed as tensors of bf16 are
-  const tensor<xtpu::bf16, 4> b = xtpu::cast<xtpu::bf16>(xtpu::full<float, 4>(1.5f + static_cast<float>(me)));
-  const tensor<xtpu::bf16, 4> bsum = group.all_reduce(b);
-  float bwant = 0;
-  for (int r = 0; r < n; ++r) bwant += 1.5f + static_cast<float>(r);
-  EXPECT_EQ(floats_of(bsum), std::vector<float>(4, bwant));
+  // bf16: each sum rounded to bf16, as replica_group's (values whose roundings show)
+  std::vector<std::vector<float>> bin(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    for (double v : values(8, 40 + r)) bin[static_cast<std::size_t>(r)].push_back(static_cast<float>(v) * (r == 1 ? 300.0f : 1.0f));
+  const auto bf16_of = [&](int r) {
+    return xtpu::cast<xtpu::bf16>(xtpu::from_host<float, 8>(bin[static_cast<std::size_t>(r)].data(), 8));
+  };
+  const tensor<xtpu::bf16, 8> mine = bf16_of(me);
+  const std::vector<float> bgot = floats_of(group.all_reduce(mine));
+  std::vector<std::vector<float>> bthreads(static_cast<std::size_t>(n));
+  on_threads(n, [&](int r) {
+    const tensor<xtpu::bf16, 8> b = bf16_of(r);
+    bthreads[static_cast<std::size_t>(r)] = floats_of(replicas.all_reduce(r, b));
+  });
+  EXPECT_EQ(bgot, bthreads[0]);
+  std::vector<float> exact(8, 0.0f);  // the f32 sum of the bf16 values, rounded once
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < 8; ++i) exact[i] += static_cast<float>(xtpu::bf16(bin[static_cast<std::size_t>(r)][i]));
+  for (float& v : exact) v = static_cast<float>(xtpu::bf16(v));
+  if (n >= 3) {  // (2 ranks: one sum, one rounding)
+    EXPECT_NE(bgot, exact) << "the data tells one rounding from one per sum";
+  }
 }
 
 // x (B, 4) -> (B, 1); `unused` is reached by no backward, `frozen` is frozen. At
@@ -160,6 +176,75 @@ TEST(MpiGroup, DataParallelTrainingFollowsOneProcessOnTheWholeBatch) {
   if (group.size() == 2) expect_training_as_one<B / 2>();
   else if (group.size() == 3) expect_training_as_one<B / 3>();
   else GTEST_SKIP() << "run with 2 or 3 ranks";
+}
+
+// two heads; rank r's step s goes through head a when r + s is even, else b: the ranks reach
+// different parameters (zeros stand in for the others'), and which ones flips every step
+struct two_heads {
+  BOOST_HANA_DEFINE_STRUCT(two_heads, (xtpu::nn::linear<4, 1, float, xtpu::precision::highest>, a),
+                           (xtpu::nn::linear<4, 1, float, xtpu::precision::highest>, b));
+};
+template <class Step>
+std::vector<float> train_heads(int r, const Step& step) {
+  const auto xs = floats(4 * 4, 30 + r), ys = floats(4, 40 + r);
+  two_heads m = xtpu::nn::init<two_heads>(8);
+  xtpu::optim::sgd opt(m, {.lr = 0.1f, .momentum = 0.9f});
+  const auto x = xtpu::from_host<float, 4, 4>(xs.data(), 16);
+  const auto y = xtpu::from_host<float, 4, 1>(ys.data(), 4);
+  for (int s = 0; s < 6; ++s) {
+    const auto& head = (r + s) % 2 == 0 ? m.a : m.b;
+    xtpu::backward(xtpu::nn::mse(head(x), y));
+    step(opt);
+  }
+  std::vector<float> w = floats_of(m.a.weight);
+  for (float v : floats_of(m.b.weight)) w.push_back(v);
+  return w;
+}
+
+TEST(MpiGroup, RanksThatReachDifferentParametersGetReplicaGroupsBits) {
+  xtpu::mpi_group group;
+  const int n = group.size();
+  const std::vector<float> mine = train_heads(group.rank(), [&](auto& opt) { xtpu::optimizer_step(opt, group); });
+  for (const auto& other : gather(mine)) EXPECT_EQ(other, mine);
+  std::vector<std::vector<float>> threads(static_cast<std::size_t>(n));
+  xtpu::replica_group replicas(n);
+  on_threads(n, [&](int r) {
+    threads[static_cast<std::size_t>(r)] = train_heads(r, [&](auto& opt) { xtpu::optimizer_step(opt, replicas, r); });
+  });
+  EXPECT_EQ(threads[0], mine);
+  const std::vector<float> alone = train_heads(group.rank(), [](auto& opt) { xtpu::optimizer_step(opt); });
+  EXPECT_NE(alone, mine) << "the other ranks' gradients count";
+}
+
+// rank 1's step runs out of memory in the call's mark_step: its own error there, on the others
+// an error naming it — no rank left waiting — and the group works on
+TEST(MpiGroup, ARankThatFailsBeforeTheExchangeIsAnErrorOnEveryRank) {
+  xtpu::mpi_group group;
+  const int n = group.size(), me = group.rank();
+  xtpu::device& dev = xtpu::device::current();
+  const std::uint64_t hbm = dev.hbm_bytes();
+  const double fraction = dev.memory_fraction();
+  const auto x = xtpu::full<float, 1024, 256>(1.0f);
+  xtpu::mark_step();
+  std::string got;
+  {
+    const tensor<float, 1024, 256> pending = x * 2.0f;
+    if (me == 1) {
+      dev.set_memory_fraction(1.0);
+      dev.set_hbm_bytes(dev.bytes_in_use() + 1024);  // no room for the 1 MiB result
+      got = error_message<xtpu::out_of_memory>([&] { (void)group.all_reduce(pending); });
+    } else {
+      got = error_message<xtpu::error>([&] { (void)group.all_reduce(pending); });
+    }
+    dev.set_hbm_bytes(hbm);
+    dev.set_memory_fraction(fraction);
+  }
+  if (me == 1) {
+    EXPECT_NE(got, "");
+  } else {
+    EXPECT_EQ(got, "xtpu: mpi_group: rank 1 failed before the exchange (its own error says why)");
+  }
+  EXPECT_EQ(host(group.all_reduce(xtpu::full<float, 2>(1.0f))), vec(2, n));
 }
 
 TEST(MpiGroup, RanksThatDisagreeAreErrorsOnEveryRankAndTheGroupStillWorks) {

@@ -2,35 +2,39 @@
 // replica, each with its own emulated chip and its own copy of the model (torch_xla's
 // multi-process data parallel, xmp.spawn, with mpirun starting the processes).
 //
-// Provides: xtpu::mpi_session(argc, argv) — MPI_Init for the program's lifetime and
-// MPI_Finalize after (nothing when MPI is initialised already); xtpu::mpi_group(comm =
-// MPI_COMM_WORLD) — the processes of comm as replicas, rank() and size() as MPI's;
-// group.all_reduce(t), xtpu::reduce_gradients(model, group) and xtpu::optimizer_step(opt, group)
-// as replica_group's (optim/replicas.hpp), the rank being the process's: the same sum in rank
-// order (((t0 + t1) + t2) + ...), a mean that sum times 1/n, a parameter no rank's backward
-// reached left without a gradient — so the same bits on every rank, and the bits
-// replica_group gives for the same values.
+// Provides: xtpu::mpi_session(argc, argv) — MPI_Init_thread (MPI_THREAD_SERIALIZED: xtpu's own
+// threads never call MPI, a group's calls come from one thread at a time) for the program's
+// lifetime and MPI_Finalize after (nothing when MPI is initialised already);
+// xtpu::mpi_group(comm = MPI_COMM_WORLD) — the processes of comm as replicas, rank() and
+// size() as MPI's; group.all_reduce(t), xtpu::reduce_gradients(model, group) and
+// xtpu::optimizer_step(opt, group) as replica_group's (optim/replicas.hpp), the rank being the
+// process's: the same sum in rank order (((t0 + t1) + t2) + ...), a mean that sum times 1/n, a
+// parameter no rank's backward reached left without a gradient — so the same bits on every
+// rank, and the bits replica_group gives for the same values.
 // Each call is a collective: every process of the group calls it with tensors of the same types
-// in the same order. A call ends the caller's step (mark_step), compares the ranks' counts and
-// types (one MPI_Allgather each), copies every tensor to the host (TransferFromDeviceTime),
-// gathers every rank's bytes on every rank (one MPI_Allgather for all of them), uploads the
-// values (TransferToDeviceTime) and records the sum outside the tape (no gradient flows through
-// it) in the caller's next step.
+// in the same order. A call ends the caller's step (mark_step) and copies each tensor to the host
+// (TransferFromDeviceTime); then three MPI_Allgathers, the same on every rank whatever happens:
+// how each rank fared and its counts, each tensor's type and presence, and every rank's bytes
+// (a model's gradients in one payload). Every rank's values, its own included, are uploaded
+// (TransferToDeviceTime) and summed outside the tape (no gradient flows through it) in the
+// caller's next step.
 // Shape rule: the result has t's type and shape.
-// Errors (xtpu::error): an mpi_group made before MPI is initialised; on every rank, ranks whose
-// tensors differ in number or, at some position, in type or shape (named); more than INT_MAX
-// bytes in one call. MPI's own errors go to its error handler (by default fatal: the job ends).
-// A call that throws on one rank before it gathers (what mark_step throws) leaves the others
-// waiting in it, as with any collective library.
+// Errors (xtpu::error), each on every rank: ranks whose tensors differ in number or, at some
+// position, in type or shape (named); more than INT_MAX bytes from one rank in one call; a rank
+// that failed before the exchange (what mark_step or a copy threw: rethrown on that rank, named
+// on the others). An mpi_group made before MPI is initialised. After any of them the group
+// works on. MPI's own errors go to its error handler (by default fatal: the job ends).
 // Not in xtpu.hpp (it needs <mpi.h>): link MPI::MPI_CXX (CMake's FindMPI, COMPONENTS CXX), run under mpirun.
 #pragma once
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -53,8 +57,14 @@ class mpi_session {
     int on = 0;
     MPI_Initialized(&on);
     if (!on) {
-      MPI_Init(&argc, &argv);
+      int provided = 0;  // (xtpu's own threads never call MPI; a group's calls come from one thread at a time)
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
       owns_ = true;
+      if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        throw error("xtpu: mpi_session: this MPI gives thread level " + std::to_string(provided) +
+                    ", below MPI_THREAD_SERIALIZED (" + std::to_string(MPI_THREAD_SERIALIZED) + ")");
+      }
     }
   }
   mpi_session(const mpi_session&) = delete;
@@ -91,10 +101,12 @@ class mpi_group {
   template <class T, std::size_t... Dims>
   tensor<T, Dims...> all_reduce(const tensor<T, Dims...>& t, xtpu::source_location where = xtpu::source_location::current()) {
     using V = tensor<T, Dims...>;
-    xtpu::mark_step();  // t's value: computed
-    payload_.assign(place<V>(0), std::byte{0});
-    detail::host_transfer::into(t, at<T>(payload_, 0), where);
-    exchange({item::of<V>(true)});
+    exchange([&] {
+      xtpu::mark_step();  // t's value: computed
+      payload_.assign(place<V>(0), std::byte{0});
+      detail::host_transfer::into(t, at<T>(payload_, 0), where);
+      return std::vector<item>{item::of<V>(true)};
+    });
     const no_grad untaped;  // a collective's sum is no op of the model's
     return detail::sum_in_rank_order(terms<V>(0));
   }
@@ -152,37 +164,60 @@ class mpi_group {
   /// Whether rank j said item i (of m) holds a value.
   bool present(int j, std::size_t i, std::size_t m) const noexcept { return present_[static_cast<std::size_t>(j) * m + i] != 0; }
 
-  /// After the ranks' items agree (else an error on every rank): every rank's presence flags
-  /// (present()) and payload_ (gathered_, rank j's at j * payload_.size()), on every rank.
-  void exchange(const std::vector<item>& items) {
+  /// Runs prepare() (this rank's items and payload_: it may throw), then, once every rank has
+  /// told the others how it went (the first collective: so an error on one rank is an error on
+  /// every rank, never a rank left waiting), checks that the ranks' items agree and gathers
+  /// every rank's presence flags (present()) and payload_ (gathered_, rank j's at
+  /// j * payload_.size()) on every rank. Three collectives, the same on every rank whatever
+  /// happens: each decision below is made from gathered data, the same everywhere.
+  template <class Prepare>
+  void exchange(Prepare&& prepare) {
+    std::exception_ptr failed;
+    std::vector<item> items;
+    try {
+      items = prepare();
+    } catch (...) {
+      failed = std::current_exception();
+    }
     const auto n = static_cast<std::size_t>(size_);
-    std::vector<std::uint64_t> counts(n);
-    const std::uint64_t mine = items.size();
-    MPI_Allgather(&mine, 1, MPI_UINT64_T, counts.data(), 1, MPI_UINT64_T, comm_);
+    const std::uint64_t mine[3] = {failed ? 0u : 1u, items.size(), payload_.size()};
+    std::vector<std::uint64_t> heads(3 * n);  // rank j's ok, count and payload bytes at 3 j
+    MPI_Allgather(mine, 3, MPI_UINT64_T, heads.data(), 3, MPI_UINT64_T, comm_);
     for (std::size_t j = 0; j < n; ++j)
-      if (counts[j] != counts[0]) {
+      if (heads[3 * j] == 0) {
+        if (failed) std::rethrow_exception(failed);
+        throw error("xtpu: mpi_group: rank " + std::to_string(j) + " failed before the exchange (its own error says why)");
+      }
+    std::size_t largest = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (heads[3 * j + 1] != heads[1]) {
         std::ostringstream os;
         os << "xtpu: mpi_group: the ranks reduce different numbers of tensors (";
-        for (std::size_t k = 0; k < n; ++k) os << (k ? ", " : "") << "rank " << k << ": " << counts[k];
+        for (std::size_t k = 0; k < n; ++k) os << (k ? ", " : "") << "rank " << k << ": " << heads[3 * k + 1];
         os << "): every rank must call with the same tensors, in the same order";
         throw error(os.str());
       }
+      largest = std::max<std::size_t>(largest, heads[3 * j + 2]);
+    }
     const std::size_t m = items.size();
-    std::vector<std::uint64_t> types(m), all_types(m * n);
-    std::vector<std::uint8_t> flags(m);
-    for (std::size_t i = 0; i < m; ++i) types[i] = items[i].type, flags[i] = items[i].present;
-    if (m * n > INT_MAX || payload_.size() > INT_MAX)
-      throw error("xtpu: mpi_group: " + std::to_string(payload_.size()) + " bytes in one call: at most " +
-                  std::to_string(INT_MAX) + " (MPI counts are int)");
-    MPI_Allgather(types.data(), static_cast<int>(m), MPI_UINT64_T, all_types.data(), static_cast<int>(m), MPI_UINT64_T, comm_);
+    if (2 * m > INT_MAX || largest > INT_MAX)
+      throw error("xtpu: mpi_group: " + std::to_string(largest) + " bytes of " + std::to_string(m) +
+                  " tensors from one rank in one call: at most " + std::to_string(INT_MAX) + " bytes (MPI counts are int)");
+    std::vector<std::uint64_t> said(2 * m), all(2 * m * n);  // each item's type and presence
+    for (std::size_t i = 0; i < m; ++i) said[2 * i] = items[i].type, said[2 * i + 1] = items[i].present;
+    MPI_Allgather(said.data(), static_cast<int>(2 * m), MPI_UINT64_T, all.data(), static_cast<int>(2 * m), MPI_UINT64_T, comm_);
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t j = 1; j < n; ++j)
-        if (all_types[j * m + i] != all_types[i])
+        if (all[2 * (j * m + i)] != all[2 * i])
           throw error("xtpu: mpi_group: rank " + std::to_string(j) + "'s tensor " + std::to_string(i) +
                       " differs from rank 0's in type or shape: every rank must call with the same tensors, in the same order");
+    for (std::size_t j = 1; j < n; ++j)  // (equal types make equal sizes; a hash collision would not)
+      if (heads[3 * j + 2] != heads[2])
+        throw error("xtpu: mpi_group: rank " + std::to_string(j) + " sends " + std::to_string(heads[3 * j + 2]) +
+                    " bytes where rank 0 sends " + std::to_string(heads[2]) + ": tensors of different types");
     present_.resize(m * n);
+    for (std::size_t k = 0; k < m * n; ++k) present_[k] = all[2 * k + 1] != 0;
     gathered_.resize(payload_.size() * n);  // (kept between calls: no new pages for the next)
-    MPI_Allgather(flags.data(), static_cast<int>(m), MPI_UINT8_T, present_.data(), static_cast<int>(m), MPI_UINT8_T, comm_);
     MPI_Allgather(payload_.data(), static_cast<int>(payload_.size()), MPI_BYTE, gathered_.data(),
                   static_cast<int>(payload_.size()), MPI_BYTE, comm_);
   }
@@ -197,25 +232,26 @@ class mpi_group {
 /// the whole model.
 template <class Model>
 void reduce_gradients(Model& model, mpi_group& group, xtpu::source_location where) {
-  xtpu::mark_step();  // the gradients: computed
   std::vector<mpi_group::item> items;
-  std::size_t end = 0;
-  nn::for_each_parameter(model, [&](const std::string&, auto& p) {
-    using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
-    if (p.requires_grad()) items.push_back(mpi_group::item::of<V>(p.has_grad())), end = mpi_group::place<V>(end);
+  group.exchange([&] {
+    xtpu::mark_step();  // the gradients: computed
+    std::size_t end = 0;
+    nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+      using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
+      if (p.requires_grad()) items.push_back(mpi_group::item::of<V>(p.has_grad())), end = mpi_group::place<V>(end);
+    });
+    group.payload_.assign(end, std::byte{0});  // (a gradient no backward reached: zeros)
+    std::size_t offset = 0;
+    nn::for_each_parameter(model, [&](const std::string&, auto& p) {
+      using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
+      if (!p.requires_grad()) return;
+      if (p.has_grad()) detail::host_transfer::into(p.grad(), mpi_group::at<typename V::value_type>(group.payload_, offset), where);
+      offset = mpi_group::place<V>(offset);
+    });
+    return items;
   });
-  group.payload_.assign(end, std::byte{0});  // (a gradient no backward reached: zeros)
-  std::size_t offset = 0;
-  nn::for_each_parameter(model, [&](const std::string&, auto& p) {
-    using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
-    if (!p.requires_grad()) return;
-    if (p.has_grad()) detail::host_transfer::into(p.grad(), mpi_group::at<typename V::value_type>(group.payload_, offset), where);
-    offset = mpi_group::place<V>(offset);
-  });
-  group.exchange(items);
   const no_grad untaped;
-  std::size_t i = 0;
-  offset = 0;
+  std::size_t i = 0, offset = 0;
   nn::for_each_parameter(model, [&](const std::string&, auto& p) {
     using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
     if (!p.requires_grad()) return;
