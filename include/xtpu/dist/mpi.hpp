@@ -103,8 +103,8 @@ class mpi_group {
     using V = tensor<T, Dims...>;
     exchange([&] {
       xtpu::mark_step();  // t's value: computed
-      payload_.assign(place<V>(0), std::byte{0});
-      detail::host_transfer::into(t, at<T>(payload_, 0), where);
+      payload_.clear();
+      detail::host_transfer::into(t, slot<V>(), where);
       return std::vector<item>{item::of<V>(true)};
     });
     const no_grad untaped;  // a collective's sum is no op of the model's
@@ -143,6 +143,14 @@ class mpi_group {
   template <class T>
   static T* at(std::vector<std::byte>& buffer, std::size_t offset) noexcept {
     return reinterpret_cast<T*>(buffer.data() + offset);
+  }
+  /// Room for one more tensor of type V at payload_'s end (zeros until written), placed as
+  /// place() says.
+  template <class V>
+  typename V::value_type* slot() {
+    const std::size_t offset = payload_.size();
+    payload_.resize(place<V>(offset));
+    return at<typename V::value_type>(payload_, offset);
   }
   /// Every rank's tensor of type V at `offset` of its payload, uploaded to the caller's device
   /// (TransferToDeviceTime), in rank order.
@@ -235,18 +243,13 @@ void reduce_gradients(Model& model, mpi_group& group, xtpu::source_location wher
   std::vector<mpi_group::item> items;
   group.exchange([&] {
     xtpu::mark_step();  // the gradients: computed
-    std::size_t end = 0;
-    nn::for_each_parameter(model, [&](const std::string&, auto& p) {
-      using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
-      if (p.requires_grad()) items.push_back(mpi_group::item::of<V>(p.has_grad())), end = mpi_group::place<V>(end);
-    });
-    group.payload_.assign(end, std::byte{0});  // (a gradient no backward reached: zeros)
-    std::size_t offset = 0;
+    group.payload_.clear();
     nn::for_each_parameter(model, [&](const std::string&, auto& p) {
       using V = typename std::remove_cvref_t<decltype(p)>::tensor_type;
       if (!p.requires_grad()) return;
-      if (p.has_grad()) detail::host_transfer::into(p.grad(), mpi_group::at<typename V::value_type>(group.payload_, offset), where);
-      offset = mpi_group::place<V>(offset);
+      items.push_back(mpi_group::item::of<V>(p.has_grad()));
+      auto* dst = group.slot<V>();  // (a gradient no backward reached: zeros)
+      if (p.has_grad()) detail::host_transfer::into(p.grad(), dst, where);
     });
     return items;
   });
